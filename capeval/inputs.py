@@ -1,0 +1,210 @@
+"""Input validation: every image, caption and reference list is checked here, once, before any model work.
+
+Errors name the offending item by index. Images become :class:`ImageItem` objects carrying a content hash, so the
+embedding engine can encode each distinct image once whatever form it arrived in.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from PIL import Image
+
+ImageInput = Union[str, "os.PathLike[str]", Image.Image, np.ndarray, bytes, bytearray]
+"""An image as a file path, a PIL image, a uint8 array (HW, HWC with C in 1/3/4) or encoded file bytes."""
+
+
+class InputError(ValueError):
+    """Invalid user input; the message names the item (index or key) and what is wrong with it."""
+
+
+def _digest(*parts: bytes) -> str:
+    hasher = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
+@dataclass(frozen=True)
+class ImageItem:
+    """A validated image: its position in the input, a content hash and a source that :meth:`open` decodes."""
+
+    index: int
+    key: str
+    data: Union[bytes, Image.Image]
+    label: str
+
+    def open(self) -> Image.Image:
+        """The image exactly as ``PIL.Image.open`` gives it (no EXIF rotation, no colour conversion)."""
+        if isinstance(self.data, Image.Image):
+            return self.data
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = Image.open(io.BytesIO(self.data))
+                image.load()
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+            raise InputError(f"images[{self.index}] ({self.label}) is too large to decode safely: {error}") from None
+        except Exception as error:  # PIL raises many types for corrupt data
+            raise InputError(f"images[{self.index}] ({self.label}) could not be decoded: {error}") from None
+        return image
+
+
+def _check_header(data: bytes, index: int, label: str) -> None:
+    """Parse the image header so that unreadable or oversized files fail before any model work."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                image.size  # noqa: B018 - the header parse is the check
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise InputError(
+            f"images[{index}] ({label}) is too large: {error} "
+            "(raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
+        ) from None
+    except Exception as error:
+        raise InputError(f"images[{index}] ({label}) is not a readable image: {error}") from None
+
+
+def validate_image(image: ImageInput, index: int) -> ImageItem:
+    """Check one image input and wrap it with its content hash."""
+    if isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise InputError(f"images[{index}]: file not found: {path}") from None
+        except OSError as error:
+            raise InputError(f"images[{index}]: cannot read {path}: {error}") from None
+        _check_header(data, index, str(path))
+        return ImageItem(index, _digest(b"file", data), data, str(path))
+    if isinstance(image, (bytes, bytearray)):
+        data = bytes(image)
+        _check_header(data, index, f"{len(data)} bytes")
+        return ImageItem(index, _digest(b"file", data), data, f"{len(data)} bytes")
+    if isinstance(image, Image.Image):
+        width, height = image.size
+        if width * height > (Image.MAX_IMAGE_PIXELS or float("inf")):
+            raise InputError(f"images[{index}]: {width}x{height} exceeds PIL.Image.MAX_IMAGE_PIXELS")
+        if width == 0 or height == 0:
+            raise InputError(f"images[{index}]: empty image ({width}x{height})")
+        palette = image.palette.tobytes() if image.mode == "P" and image.palette is not None else b""
+        header = f"pil:{image.mode}:{width}x{height}".encode()
+        return ImageItem(index, _digest(header, palette, image.tobytes()), image, f"PIL {image.mode} {width}x{height}")
+    if isinstance(image, np.ndarray):
+        return validate_image(_array_to_pil(image, index), index)
+    raise InputError(
+        f"images[{index}] has type {type(image).__name__}; expected a path, PIL.Image, uint8 array or bytes"
+    )
+
+
+def _array_to_pil(array: np.ndarray, index: int) -> Image.Image:
+    if array.dtype != np.uint8:
+        raise InputError(f"images[{index}]: arrays must be uint8 (HW or HWC), got dtype {array.dtype}")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim == 2:
+        return Image.fromarray(np.ascontiguousarray(array), mode="L")
+    if array.ndim == 3 and array.shape[2] in (3, 4):
+        return Image.fromarray(np.ascontiguousarray(array), mode="RGB" if array.shape[2] == 3 else "RGBA")
+    raise InputError(f"images[{index}]: expected an HW or HWC (C in 1, 3, 4) array, got shape {array.shape}")
+
+
+def validate_caption(caption: object, where: str) -> str:
+    """Check that a caption is a non-blank string; ``where`` names it in the error (e.g. ``candidates[3]``)."""
+    if caption is None:
+        raise InputError(f"{where} is None; every caption must be a non-empty string")
+    if not isinstance(caption, str):
+        raise InputError(f"{where} has type {type(caption).__name__}; captions must be strings")
+    if not caption.strip():
+        raise InputError(f"{where} is empty; every caption must contain text")
+    return caption
+
+
+def validate_references(references: object, index: int) -> Tuple[str, ...]:
+    """Check one item's reference list: a non-empty sequence of non-blank strings."""
+    if isinstance(references, str) or not isinstance(references, Sequence):
+        raise InputError(
+            f"references[{index}] must be a list of strings, got {type(references).__name__}"
+        )
+    if len(references) == 0:
+        raise InputError(f"references[{index}] is empty; reference-based scores need at least one reference")
+    return tuple(validate_caption(ref, f"references[{index}][{j}]") for j, ref in enumerate(references))
+
+
+@dataclass(frozen=True)
+class ScoringItems:
+    """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item."""
+
+    start: int
+    images: Tuple[ImageItem, ...]
+    candidates: Tuple[str, ...]
+    references: Optional[Tuple[Tuple[str, ...], ...]]
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+
+def _sized(values: Iterable[object]) -> Optional[int]:
+    return len(values) if hasattr(values, "__len__") else None  # type: ignore[arg-type]
+
+
+def iter_scoring_items(
+    images: Iterable[ImageInput],
+    candidates: Iterable[str],
+    references: Optional[Iterable[Sequence[str]]] = None,
+    chunk_size: int = 4096,
+) -> Iterator[ScoringItems]:
+    """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
+
+    Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
+    the shorter one runs out) or when any item is invalid.
+    """
+    if isinstance(candidates, str):
+        raise InputError("candidates must be a list of strings, not a single string")
+    lengths = {"images": _sized(images), "candidates": _sized(candidates)}
+    if references is not None:
+        if isinstance(references, str):
+            raise InputError("references must be a list of lists of strings, not a single string")
+        lengths["references"] = _sized(references)
+    known = {name: n for name, n in lengths.items() if n is not None}
+    if len(set(known.values())) > 1:
+        raise InputError("inputs differ in length: " + ", ".join(f"{n} {name}" for name, n in known.items()))
+
+    sentinel = object()
+    image_iter, caption_iter = iter(images), iter(candidates)
+    reference_iter = iter(references) if references is not None else None
+    index = 0
+    while True:
+        chunk_images: List[ImageItem] = []
+        chunk_captions: List[str] = []
+        chunk_refs: List[Tuple[str, ...]] = []
+        start = index
+        while len(chunk_captions) < chunk_size:
+            image = next(image_iter, sentinel)
+            caption = next(caption_iter, sentinel)
+            refs = next(reference_iter, sentinel) if reference_iter is not None else None
+            ended = [name for name, value in (("images", image), ("candidates", caption), ("references", refs))
+                     if value is sentinel]
+            if ended:
+                if len(ended) < (3 if reference_iter is not None else 2):
+                    raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {index} items")
+                break
+            chunk_images.append(validate_image(image, index))  # type: ignore[arg-type]
+            chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
+            if reference_iter is not None:
+                chunk_refs.append(validate_references(refs, index))
+            index += 1
+        if chunk_captions:
+            yield ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
+                               tuple(chunk_refs) if reference_iter is not None else None)
+        if len(chunk_captions) < chunk_size:
+            if index == 0:
+                raise InputError("no items to score: images and candidates are empty")
+            return

@@ -1,0 +1,109 @@
+"""Reference preprocessing, reproduced exactly.
+
+Images follow the transform of the reference code (OpenAI CLIP / OpenCLIP / PAC-S): ``Resize(224, BICUBIC)`` on the
+shortest side with the long side ``int(224 * long / short)``, ``CenterCrop(224)`` with torchvision's half-to-even
+offset rounding, ``convert("RGB")`` *after* the crop, ``ToTensor`` and ``Normalize``. The PIL steps run in loader
+threads and produce uint8 tensors; :meth:`ImageTransform.normalize` does the float steps on the model's device with
+the same operations, in the same order and precision, as torchvision.
+
+Text follows OpenAI's tokenizer: ftfy, HTML unescaped twice, whitespace collapsed, lower-cased, start token + at most
+75 BPE tokens + end token (the end token survives truncation), features pooled at the end token.
+"""
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, List, Sequence, Tuple
+
+import ftfy
+import numpy as np
+import torch
+from PIL import Image
+
+PREPROCESSING_VERSION = "1"
+"""Bumped whenever preprocessing output changes; part of every on-disk cache key."""
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """The reference image transform for one backbone (size and normalisation constants from its config)."""
+
+    size: int = 224
+    mean: Tuple[float, float, float] = OPENAI_CLIP_MEAN
+    std: Tuple[float, float, float] = OPENAI_CLIP_STD
+
+    def resized_shape(self, width: int, height: int) -> Tuple[int, int]:
+        """(width, height) after the shortest-side resize, with torchvision's ``int()`` truncation of the long side."""
+        if width <= height:
+            return self.size, int(self.size * height / width)
+        return int(self.size * width / height), self.size
+
+    def crop_box(self, width: int, height: int) -> Tuple[int, int, int, int]:
+        """PIL crop box of the centre crop; offsets rounded half to even, as ``torchvision`` ``center_crop`` does."""
+        top = int(round((height - self.size) / 2.0))
+        left = int(round((width - self.size) / 2.0))
+        return left, top, left + self.size, top + self.size
+
+    def to_uint8(self, image: Image.Image) -> torch.Tensor:
+        """Resize, crop and convert one PIL image; returns a ``uint8`` tensor of shape ``(3, size, size)``."""
+        width, height = image.size
+        resized = image.resize(self.resized_shape(width, height), Image.BICUBIC)
+        cropped = resized.crop(self.crop_box(*resized.size)).convert("RGB")
+        array = np.asarray(cropped, dtype=np.uint8)
+        return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``ToTensor`` scaling and ``Normalize`` of a uint8 batch ``(N, 3, H, W)``, in float32 as torchvision does."""
+        values = pixels.to(torch.float32).div(255)
+        mean = torch.as_tensor(self.mean, dtype=torch.float32, device=values.device).view(-1, 1, 1)
+        std = torch.as_tensor(self.std, dtype=torch.float32, device=values.device).view(-1, 1, 1)
+        return values.sub_(mean).div_(std)
+
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+    """OpenAI CLIP's text cleaning: ftfy, HTML unescape twice, whitespace collapse, lower case."""
+    text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+    return _WHITESPACE.sub(" ", text).strip().lower()
+
+
+class TextTransform:
+    """Prompting, cleaning and tokenisation with OpenAI's truncation rule (the end token is kept)."""
+
+    def __init__(self, tokenizer: Callable[..., Any], context_length: int = 77, end_token_id: int = 49407) -> None:
+        self.tokenizer = tokenizer
+        self.context_length = context_length
+        self.end_token_id = end_token_id
+
+    def prepare(self, texts: Sequence[str], prompt: str) -> List[str]:
+        """The exact strings the tokenizer sees: prompt + text, cleaned."""
+        return [clean_text(prompt + text) for text in texts]
+
+    def tokenize(self, prepared: Sequence[str]) -> List[List[int]]:
+        """Token ids of prepared texts, cut to ``context_length`` with the last kept token replaced by the end token."""
+        encoded = self.tokenizer(list(prepared), add_special_tokens=True, truncation=False)["input_ids"]
+        limit = self.context_length
+        return [tokens if len(tokens) <= limit else tokens[: limit - 1] + [self.end_token_id] for tokens in encoded]
+
+    def count_truncated(self, prepared: Sequence[str]) -> int:
+        """How many prepared texts exceed the context; only texts with more UTF-8 bytes than the context can hold BPE
+        tokens (each token spans at least one byte) are tokenised."""
+        long_texts = [text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2]
+        if not long_texts:
+            return 0
+        encoded = self.tokenizer(long_texts, add_special_tokens=True, truncation=False)["input_ids"]
+        return sum(len(tokens) > self.context_length for tokens in encoded)
+
+
+def pad_token_ids(ids: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Zero-pad token id lists to the longest one (as ``clip.tokenize`` pads; pooling uses the first end token)."""
+    batch = torch.zeros(len(ids), max(len(tokens) for tokens in ids), dtype=torch.long)
+    for row, tokens in enumerate(ids):
+        batch[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
+    return batch
