@@ -24,7 +24,7 @@ from capeval.preprocessing import ImageTransform, TextTransform
 ModelRef = Union[str, "os.PathLike[str]"]
 
 DEFAULT_REVISIONS: Dict[str, str] = {
-    "openai/clip-vit-base-patch32": "main",
+    "openai/clip-vit-base-patch32": "c7244be81152024ce0e99ac8d2e373a8953d9f9a",
     "capeval/pacs-clip-vit-b-32": "v1.0",
     "capeval/pacs-openclip-vit-l-14": "v1.0",
 }
@@ -34,6 +34,14 @@ PRECISIONS: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float
 
 _HUB_FILES = ["config.json", "preprocessor_config.json", "model.safetensors", "tokenizer_config.json",
               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.json"]
+
+
+def process_state() -> PartialState:
+    """Accelerate's process state. Without an accelerator it is created with ``cpu=True``, so that processes started
+    by ``torchrun`` or ``accelerate launch --multi_gpu`` on CPU machines are recognised as one multi-CPU job."""
+    accelerator = getattr(torch, "accelerator", None)
+    has_accelerator = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    return PartialState(cpu=not has_accelerator)
 
 
 class ModelNotAvailableError(OSError):
@@ -132,7 +140,7 @@ def load_backbone(
     name = str(model)
     if revision is None and not Path(name).expanduser().is_dir():
         revision = DEFAULT_REVISIONS.get(name)
-    target = torch.device(device) if device is not None else PartialState().device
+    target = torch.device(device) if device is not None else process_state().device
     key = (name, revision, str(target), dtype)
     with _LOCK:
         if key not in _CACHE:

@@ -16,11 +16,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from accelerate import PartialState
 from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from capeval.backbones import Backbone
+from capeval.backbones import Backbone, process_state
 from capeval.cache import DiskCache, MemoryCache
 from capeval.inputs import ImageItem
 from capeval.preprocessing import PREPROCESSING_VERSION, pad_token_ids
@@ -47,7 +46,7 @@ class EmbeddingEngine:
         self.text_batch_size = text_batch_size
         self.num_workers = num_workers if num_workers is not None else min(8, os.cpu_count() or 1)
         self.progress = progress
-        self.state = PartialState()
+        self.state = process_state()
         self._memory = {"image": MemoryCache(memory_cache_size), "text": MemoryCache(memory_cache_size)}
         self._disk: Dict[str, DiskCache] = {}
         if cache_dir is not None:

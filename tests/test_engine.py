@@ -1,0 +1,171 @@
+"""The embedding engine: deduplication, memory and disk caches, streaming, multi-process sharding."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from capeval import CLIPScore
+from capeval.cache import DiskCache
+
+FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+IMAGES = sorted((FLICKR / "images_224").glob("*.jpg"))[:10]
+CAPTIONS = [f"a photo of thing number {i}" for i in range(7)]
+
+
+def _workload(n: int = 24):
+    images = [IMAGES[i % len(IMAGES)] for i in range(n)]
+    candidates = [CAPTIONS[i % len(CAPTIONS)] for i in range(n)]
+    references = [[CAPTIONS[(i + 1) % 7], f"reference {i % 5}"] for i in range(n)]
+    return images, candidates, references
+
+
+def test_each_unique_image_and_text_is_encoded_once(tiny_openai_clip) -> None:
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir)
+    images, candidates, references = _workload()
+    clip_only = scorer.score(images, candidates)
+    assert scorer.engine.encoded == {"image": 10, "text": 7}
+    with_refs = scorer.score(images, candidates, references)
+    assert scorer.engine.encoded == {"image": 10, "text": 7 + 5}  # only the new reference texts
+    assert with_refs["clip_scores"] == clip_only["clip_scores"]
+    scorer.score(images, candidates, references)
+    assert scorer.engine.encoded == {"image": 10, "text": 12}
+
+
+def test_streamed_input_in_chunks_equals_list_input(tiny_openai_clip) -> None:
+    images, candidates, references = _workload()
+    listed = CLIPScore(model=tiny_openai_clip.hf_dir).score(images, candidates, references)
+    streamed = CLIPScore(model=tiny_openai_clip.hf_dir, chunk_size=5).score(
+        iter(images), (c for c in candidates), iter(references))
+    # chunks form other batches, and fp32 matrix products differ in the last bits with batch composition
+    for name in ("clip_scores", "ref_clip_scores"):
+        np.testing.assert_allclose(streamed[name], listed[name], rtol=0, atol=1e-6)
+    assert len(streamed["clip_scores"]) == 24
+
+
+def test_disk_cache_is_reused_by_a_fresh_scorer(tiny_openai_clip, tmp_path) -> None:
+    images, candidates, references = _workload()
+    cold = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+    expected = cold.score(images, candidates, references)
+    warm = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+    assert warm.score(images, candidates, references) == expected
+    assert warm.engine.encoded == {"image": 0, "text": 0}
+
+
+def test_disk_cache_never_serves_another_model(tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload()
+    CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path / "cache").score(images, candidates)
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_openai_clip.hf_dir, changed)
+    weights = load_file(changed / "model.safetensors")
+    weights["visual_projection.weight"] = weights["visual_projection.weight"] * 1.5
+    save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
+    other = CLIPScore(model=changed, cache_dir=tmp_path / "cache")
+    other.score(images, candidates)
+    assert other.engine.encoded == {"image": 10, "text": 7}
+
+
+def test_disk_cache_never_serves_another_preprocessing_version(tiny_openai_clip, tmp_path, monkeypatch) -> None:
+    images, candidates, _ = _workload()
+    CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
+    monkeypatch.setattr("capeval.engine.PREPROCESSING_VERSION", "changed")
+    again = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+    again.score(images, candidates)
+    assert again.engine.encoded == {"image": 10, "text": 7}
+
+
+def test_corrupt_entries_are_recomputed_not_trusted(tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload()
+    expected = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
+    image_db = next(tmp_path.glob("image-*.sqlite"))
+    with sqlite3.connect(image_db) as connection:
+        key, data = connection.execute("SELECT key, data FROM rows LIMIT 1").fetchone()
+        tampered = np.frombuffer(data, dtype=np.float32) + 1
+        connection.execute("UPDATE rows SET data = ? WHERE key = ?", (tampered.tobytes(), key))
+        key2 = connection.execute("SELECT key FROM rows WHERE key != ? LIMIT 1", (key,)).fetchone()[0]
+        connection.execute("UPDATE rows SET dim = 3 WHERE key = ?", (key2,))
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+    with pytest.warns(UserWarning, match="2 corrupt entries"):
+        assert scorer.score(images, candidates) == expected
+    assert scorer.engine.encoded == {"image": 2, "text": 0}
+
+
+def test_unreadable_cache_file_is_set_aside(tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload()
+    expected = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
+    text_db = next(tmp_path.glob("text-*.sqlite"))
+    for leftover in tmp_path.glob("text-*.sqlite-*"):
+        leftover.unlink()
+    text_db.write_bytes(b"this is not a database" * 100)
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert scorer.score(images, candidates) == expected
+    assert scorer.engine.encoded == {"image": 0, "text": 7}
+
+
+def _write_rows(path: str, worker: int) -> None:
+    cache = DiskCache(path, "concurrent")
+    for round_ in range(20):
+        cache.put_many({f"key{k}": np.full(8, k, dtype=np.float32) for k in range(worker, 200, 2 + round_ % 3)})
+
+
+def test_concurrent_writers_leave_a_consistent_cache(tmp_path) -> None:
+    context = get_context("spawn")
+    workers = [context.Process(target=_write_rows, args=(str(tmp_path), w)) for w in range(3)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    rows = DiskCache(tmp_path, "concurrent").get_many([f"key{k}" for k in range(200)])
+    assert len(rows) == 200
+    assert all(np.array_equal(row, np.full(8, int(key[3:]), dtype=np.float32)) for key, row in rows.items())
+
+
+DISTRIBUTED_SCRIPT = """
+import json, sys
+from capeval import CLIPScore
+model, out, payload = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+scorer = CLIPScore(model=model, batch_size=4, text_batch_size=4)
+result = scorer.score(payload["images"], payload["candidates"], payload["references"])
+result["encoded"] = scorer.engine.encoded
+assert scorer.engine.state.num_processes == 2
+json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w"))
+"""
+
+
+def test_two_processes_equal_one_exactly(tiny_openai_clip, tmp_path) -> None:
+    images, candidates, references = _workload(30)
+    payload = tmp_path / "payload.json"
+    payload.write_text(json.dumps({"images": [str(p) for p in images], "candidates": candidates,
+                                   "references": references}))
+    script = tmp_path / "score.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+               str(script), str(tiny_openai_clip.hf_dir), str(tmp_path), str(payload)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                               env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    torch.set_num_threads(1)
+    try:
+        single = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=4, text_batch_size=4).score(
+            images, candidates, references)
+    finally:
+        torch.set_num_threads(2)
+    for rank in ranks:
+        encoded = rank.pop("encoded")
+        assert rank == single
+        assert 0 < encoded["image"] < 10  # each process encoded only its share of the 10 unique images
+    assert sum(r_encoded for r_encoded in [json.loads((tmp_path / f"rank{r}.json").read_text())["encoded"]["image"]
+                                           for r in range(2)]) == 10

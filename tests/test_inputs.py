@@ -1,0 +1,122 @@
+"""Bad input: every case gives a clear error naming the item, or the documented result."""
+from __future__ import annotations
+
+import io
+import zlib
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from capeval import CLIPScore, InputError
+
+IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "clipscore" / "images"
+IMAGE_1, IMAGE_2 = IMAGES / "image1.jpg", IMAGES / "image2.jpg"
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_openai_clip) -> CLIPScore:
+    return CLIPScore(model=tiny_openai_clip.hf_dir)
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width x height`` (1-bit), with a tiny compressed body."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(
+    "images, candidates, references, message",
+    [
+        ([IMAGE_1, IMAGE_2], ["a cat"], None, "differ in length: 2 images, 1 candidates"),
+        ([IMAGE_1], ["a cat"], [["x"], ["y"]], "differ in length: 1 images, 1 candidates, 2 references"),
+        ([IMAGE_1, IMAGE_2], ["a cat", ""], None, r"candidates\[1\] is empty"),
+        ([IMAGE_1, IMAGE_2], ["a cat", "   "], None, r"candidates\[1\] is empty"),
+        ([IMAGE_1, IMAGE_2], [None, "a cat"], None, r"candidates\[0\] is None"),
+        ([IMAGE_1, IMAGE_2], ["a cat", 7], None, r"candidates\[1\] has type int"),
+        ([IMAGE_1], "a cat", None, "not a single string"),
+        ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], []], r"references\[1\] is empty"),
+        ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], "r"], r"references\[1\] must be a list"),
+        ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], ["ok", None]], r"references\[1\]\[1\] is None"),
+        ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], ["ok", ""]], r"references\[1\]\[1\] is empty"),
+        ([IMAGE_1, Path("/nonexistent/x.jpg")], ["a", "b"], None, r"images\[1\]: file not found: /nonexistent/x.jpg"),
+        ([IMAGE_1, b"not an image"], ["a", "b"], None, r"images\[1\] .* is not a readable image"),
+        ([np.zeros((4, 4), dtype=np.float32)], ["a"], None, r"images\[0\]: arrays must be uint8"),
+        ([np.zeros((4, 4, 2), dtype=np.uint8)], ["a"], None, r"images\[0\]: expected an HW or HWC"),
+        ([3.5], ["a"], None, r"images\[0\] has type float"),
+        ([], [], None, "no items to score"),
+    ],
+)
+def test_bad_input_names_the_item(scorer, images, candidates, references, message) -> None:
+    with pytest.raises(InputError, match=message):
+        scorer.score(images, candidates, references)
+
+
+def test_streamed_inputs_of_different_length_are_an_error(scorer) -> None:
+    images = (p for p in [IMAGE_1, IMAGE_2, IMAGE_1])
+    captions = (c for c in ["a", "b"])
+    with pytest.raises(InputError, match="images ended after 2 items|candidates ended after 2 items"):
+        scorer.score(images, captions)
+
+
+def test_corrupt_image_file(scorer, tmp_path) -> None:
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(IMAGE_1.read_bytes()[:2000])
+    with pytest.raises(InputError, match=r"images\[1\] \(.*truncated.jpg\) could not be decoded"):
+        scorer.score([IMAGE_2, truncated], ["a", "b"])
+    garbage = tmp_path / "garbage.jpg"
+    garbage.write_bytes(b"\xff\xd8\xff" + b"\x00" * 100)
+    with pytest.raises(InputError, match=r"images\[0\] .*garbage.jpg.* not a readable image"):
+        scorer.score([garbage], ["a"])
+
+
+def test_decompression_bomb_is_refused_before_decoding(scorer, tmp_path) -> None:
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png_header_only(40_000, 40_000))  # 1.6 gigapixels claimed in a few hundred bytes
+    assert bomb.stat().st_size < 1000
+    with pytest.raises(InputError, match=r"images\[1\] .*bomb.png.* too large"):
+        scorer.score([IMAGE_1, bomb], ["a", "b"])
+    with pytest.raises(InputError, match=r"images\[0\] .* too large"):
+        scorer.score([bomb.read_bytes()], ["a"])
+
+
+def test_image_between_pil_warning_and_error_limits_is_refused(scorer, monkeypatch) -> None:
+    width, height = Image.open(IMAGE_1).size
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", width * height - 1)  # now above the warning limit only
+    with pytest.raises(InputError, match=r"images\[0\] .* too large"):
+        scorer.score([IMAGE_1], ["a"])
+    with pytest.raises(InputError, match=r"images\[0\]: .* exceeds PIL.Image.MAX_IMAGE_PIXELS"):
+        scorer.score([Image.open(IMAGE_1)], ["a"])
+
+
+def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer) -> None:
+    long_caption = "a very long caption about a dog " * 20
+    with pytest.warns(UserWarning, match="^3 texts exceed CLIP's 77-token context") as record:
+        result = scorer.score([IMAGE_1, IMAGE_2], [long_caption, "short"], [[long_caption], ["ok", long_caption]])
+    assert len([w for w in record if "exceed" in str(w.message)]) == 1
+    truncated_only = long_caption.split()[:60]  # well past 75 tokens once prompted: same tokens after truncation
+    same = scorer.score([IMAGE_1], [" ".join(truncated_only) + " and more words"])
+    assert result["clip_scores"][0] == same["clip_scores"][0]
+
+
+def test_nothing_is_dropped_and_order_is_kept(scorer) -> None:
+    images = [IMAGE_1, IMAGE_2, IMAGE_1, IMAGE_2, IMAGE_1]
+    captions = ["a cat", "a dog", "a dog", "a cat", "a cat"]
+    result = scorer.score(images, captions)
+    scores = result["clip_scores"]
+    assert len(scores) == 5
+    assert scores[0] == scores[4]  # same image and caption
+    separately = [scorer.score([i], [c])["clip_scores"][0] for i, c in zip(images, captions)]
+    np.testing.assert_allclose(scores, separately, atol=1e-7)
+
+
+def test_rgba_bytes_and_pil_palette_inputs_are_accepted(scorer) -> None:
+    buffer = io.BytesIO()
+    Image.open(IMAGE_1).convert("RGBA").save(buffer, format="PNG")
+    palette = Image.open(IMAGE_2).quantize(colors=16)
+    result = scorer.score([buffer.getvalue(), palette], ["a cat", "a dog"])
+    assert len(result["clip_scores"]) == 2 and all(np.isfinite(result["clip_scores"]))
