@@ -6,8 +6,6 @@ out here in float64. capeval runs its converted fp32 model.
 """
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
@@ -17,22 +15,16 @@ import open_clip
 import pytest
 import torch
 from PIL import Image
-from torchvision.transforms import CenterCrop, Compose, InterpolationMode, Normalize, Resize, ToTensor
+from torchvision.transforms import Compose
 
 from capeval import CLIPScore, PACScore
 from capeval.inputs import validate_image
 from capeval.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform, TextTransform, clean_text
+from reference import PROMPT, reference_transform
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FLICKR = DATA / "flickr8k"
 EXAMPLES = DATA / "examples"
-PROMPT = "A photo depicts "
-
-
-def reference_transform(mean: Sequence[float], std: Sequence[float]) -> Compose:
-    """The transform of the CLIPScore / PAC-S reference code."""
-    return Compose([Resize(224, interpolation=InterpolationMode.BICUBIC), CenterCrop(224),
-                    lambda image: image.convert("RGB"), ToTensor(), Normalize(mean, std)])
 
 
 def _variants(path: Path, directory: Path) -> List[Path]:

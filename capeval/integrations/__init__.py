@@ -1,0 +1,1 @@
+"""Integrations of capeval's metrics with training libraries (``capeval.integrations.trainer``: transformers' Trainer)."""

@@ -1,0 +1,65 @@
+"""``precision="fp16"``: the published CLIP-S arithmetic (fp16 model, fp16 NumPy scoring)."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import clip
+import numpy as np
+import torch
+from PIL import Image
+
+from capeval import CLIPScore
+from capeval.inputs import validate_image
+from capeval.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+from reference import PROMPT, reference_transform
+
+FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
+PATHS = sorted((FLICKR / "images_original").glob("*.jpg"))[:24]
+CAPTIONS = [line.split("\t")[1] for line in (FLICKR / "Flickr8k.token.txt").read_text().splitlines()[:400:7]][:24]
+REFERENCES = [CAPTIONS[(i + 3) % 24: (i + 3) % 24 + 1 + i % 3] or [CAPTIONS[0]] for i in range(24)]
+
+
+def _script_arithmetic(images: np.ndarray, candidates: np.ndarray, references: list, weight: float = 2.5):
+    """The CLIPScore script's NumPy steps (numpy >= 1.21 branch), written out literally."""
+    images = images / np.sqrt(np.sum(images ** 2, axis=1, keepdims=True))
+    candidates = candidates / np.sqrt(np.sum(candidates ** 2, axis=1, keepdims=True))
+    per = weight * np.clip(np.sum(images * candidates, axis=1), 0, None)
+    best = []
+    for cand, refs in zip(candidates, references):
+        refs = refs / np.sqrt(np.sum(refs ** 2, axis=1, keepdims=True))
+        best.append(np.max(cand.dot(refs.transpose())))
+    ref = 2 * per * best / (per + best)
+    return per, ref
+
+
+def test_fp16_scores_follow_the_reference_fp16_arithmetic_exactly(tiny_openai_clip) -> None:
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, precision="fp16")
+    result = scorer.score(PATHS, CAPTIONS, REFERENCES)
+    images = scorer.engine.image_features([validate_image(p, i) for i, p in enumerate(PATHS)])
+    prepare = scorer.backbone.text_transform.prepare
+    candidates = scorer.engine.text_features(prepare(CAPTIONS, PROMPT))
+    references = [scorer.engine.text_features(prepare(refs, PROMPT)) for refs in REFERENCES]
+    assert images.dtype == candidates.dtype == np.float16
+    per, ref = _script_arithmetic(images, candidates, references)
+    assert per.dtype == np.float16
+    assert result["clip_scores"] == [float(v) for v in per]
+    assert result["ref_clip_scores"] == [float(v) for v in ref]
+    assert result["clip_score"] == float(np.mean(per))
+    assert sum(v > 0 for v in result["clip_scores"]) >= 5
+    assert "precision:fp16" in result["signature"]
+
+
+def test_fp16_features_match_openai_clip_in_half_precision(tiny_openai_clip) -> None:
+    model = copy.deepcopy(tiny_openai_clip.model)
+    clip.model.convert_weights(model)  # what clip.load does on CUDA: fp16 weights, LayerNorm computed in fp32
+    transform = reference_transform(OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
+    with torch.no_grad():
+        expected_images = model.encode_image(torch.stack([transform(Image.open(p)) for p in PATHS]).half()).numpy()
+        expected_texts = model.encode_text(clip.tokenize([PROMPT + c for c in CAPTIONS], truncate=True)).numpy()
+    expected, _ = _script_arithmetic(expected_images, expected_texts, [expected_texts[:1]] * len(PATHS))
+    fp16 = CLIPScore(model=tiny_openai_clip.hf_dir, precision="fp16").score(PATHS, CAPTIONS)["clip_scores"]
+    fp32 = CLIPScore(model=tiny_openai_clip.hf_dir).score(PATHS, CAPTIONS)["clip_scores"]
+    # fp16 kernels differ in rounding between implementations: agreement to fp16 resolution, and fp16 is not fp32
+    np.testing.assert_allclose(fp16, expected.astype(np.float64), rtol=0, atol=4e-3)
+    assert fp16 != fp32
