@@ -1,0 +1,113 @@
+"""Regenerate the config, image-processor and tokenizer files of every hub_models model folder.
+
+Each folder gets exactly the non-weight files ``conversion/convert_clip.py`` writes for a checkpoint of its
+architecture; the full-size original model is built on the meta device, so nothing is downloaded or allocated.
+
+    python -m hub_models.generate_configs           # rewrite the files
+    python -m hub_models.generate_configs --check   # exit 1 if a committed file differs from a regenerated one
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Mapping, NamedTuple, Sequence
+
+import torch
+from torch import nn
+
+from conversion.convert_clip import (
+    DEFAULT_NORMALIZATION,
+    clip_config_from_state_dict,
+    default_bpe_path,
+    write_image_processor,
+    write_tokenizer,
+)
+from conversion.publish import WEIGHTS_FILE, metadata_differences
+
+HUB_MODELS_DIR = Path(__file__).resolve().parent
+# What ``CLIPModel.save_pretrained`` adds to the config of the fp32 model that convert_clip.py saves.
+SAVED_DTYPE = "float32"
+SAVED_ARCHITECTURES = ["CLIPModel"]
+
+
+def meta_openai_vit_b_32() -> nn.Module:
+    """OpenAI CLIP ViT-B/32 (clip-anytorch) on the meta device."""
+    import clip.model
+
+    with torch.device("meta"):
+        return clip.model.CLIP(512, 224, 12, 768, 32, 77, 49408, 512, 8, 12)
+
+
+def meta_openclip_vit_l_14() -> nn.Module:
+    """OpenCLIP ``ViT-L-14`` (the laion2b_s32b_b82k architecture) on the meta device."""
+    import open_clip
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return open_clip.create_model("ViT-L-14", device="meta")
+
+
+class HubModel(NamedTuple):
+    """A hub_models folder: the original architecture it was converted from and convert_clip's ``arch``."""
+
+    build_original: Callable[[], nn.Module]
+    arch: str
+
+
+HUB_MODELS: dict[str, HubModel] = {
+    "capeval/pacs-clip-vit-b-32": HubModel(meta_openai_vit_b_32, "openai"),
+    "capeval/pacs-openclip-vit-l-14": HubModel(meta_openclip_vit_l_14, "openclip"),
+}
+
+
+def write_metadata(state_dict: Mapping[str, torch.Tensor], arch: str, out_dir: Path,
+                   bpe_path: Path | None = None) -> None:
+    """Write the files convert_clip.py writes for ``state_dict``, except the weights (shapes are all it reads)."""
+    config = clip_config_from_state_dict(state_dict, arch)
+    config.dtype = SAVED_DTYPE
+    config.architectures = SAVED_ARCHITECTURES
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(str(out_dir))
+    write_image_processor(out_dir, config.vision_config.image_size, DEFAULT_NORMALIZATION[arch])
+    write_tokenizer(out_dir, bpe_path or default_bpe_path(), config.text_config.max_position_embeddings)
+
+
+def generate(repo_id: str, out_dir: Path) -> None:
+    """Write the metadata files of hub model ``repo_id`` into ``out_dir``."""
+    hub_model = HUB_MODELS[repo_id]
+    write_metadata(hub_model.build_original().state_dict(), hub_model.arch, out_dir)
+
+
+def check(repo_id: str) -> list[str]:
+    """Differences between the committed files of ``repo_id`` and freshly generated ones."""
+    with tempfile.TemporaryDirectory() as scratch:
+        generated = Path(scratch)
+        generate(repo_id, generated)
+        names = sorted(path.name for path in generated.iterdir() if path.name != WEIGHTS_FILE)
+        return metadata_differences(generated, HUB_MODELS_DIR / repo_id, names)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Regenerate (or with ``--check`` compare) every hub model folder's metadata files."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    args = parser.parse_args(argv)
+    failed = False
+    for repo_id in HUB_MODELS:
+        if args.check:
+            differences = check(repo_id)
+            for difference in differences:
+                print(f"{repo_id}: {difference}")
+            failed = failed or bool(differences)
+        else:
+            generate(repo_id, HUB_MODELS_DIR / repo_id)
+            print(f"wrote {HUB_MODELS_DIR / repo_id}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
