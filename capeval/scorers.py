@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from capeval import functional
-from capeval.backbones import load_backbone
+from capeval.backbones import load_backbone, process_state
 from capeval.engine import EmbeddingEngine
 from capeval.inputs import ImageInput, ScoringItems, iter_scoring_items
 from capeval.version import __version__
@@ -31,11 +31,20 @@ class MetricSpec:
     label: str
     weight: float
     default_model: str
+    accelerator_precision: str
+    """The precision the reference code runs at on a GPU (on CPU both reference codes run fp32)."""
     prompt: str = "A photo depicts "
 
 
-CLIP_S = MetricSpec("clip_score", "ref_clip_score", "CLIP-S", 2.5, "openai/clip-vit-base-patch32")
-PAC_S = MetricSpec("pac_score", "ref_pac_score", "PAC-S", 2.0, "capeval/pacs-clip-vit-b-32")
+CLIP_S = MetricSpec("clip_score", "ref_clip_score", "CLIP-S", 2.5, "openai/clip-vit-base-patch32", "fp16")
+PAC_S = MetricSpec("pac_score", "ref_pac_score", "PAC-S", 2.0, "capeval/pacs-clip-vit-b-32", "fp32")
+
+
+def resolve_precision(precision: str, spec: MetricSpec, device: torch.device) -> str:
+    """``"auto"`` becomes the reference code's precision on ``device``; other values pass through."""
+    if precision != "auto":
+        return precision
+    return "fp32" if device.type == "cpu" else spec.accelerator_precision
 
 
 class EmbeddingScorer:
@@ -46,8 +55,9 @@ class EmbeddingScorer:
         revision: hub revision; the pinned default for known models when ``None``.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: images per forward pass (texts use ``text_batch_size``).
-        precision: ``"fp32"`` (default, as PAC-S's code), ``"fp16"`` (the published CLIP-S arithmetic: fp16 model
-            and fp16 NumPy scoring) or ``"bf16"``.
+        precision: ``"auto"`` (default): what the reference code runs at on that device, i.e. fp32 on CPU; on an
+            accelerator fp16 for CLIP-S (``clip.load`` on CUDA) and fp32 for PAC-S (its code calls ``.float()``).
+            ``"fp32"``; ``"fp16"`` (the published CLIP-S arithmetic: fp16 model and fp16 NumPy scoring); ``"bf16"``.
         cache_dir: folder of the on-disk embedding cache; none when ``None``.
         num_workers: image loader threads.
         chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
@@ -62,7 +72,7 @@ class EmbeddingScorer:
         revision: Optional[str] = None,
         device: Union[str, torch.device, None] = None,
         batch_size: int = 64,
-        precision: str = "fp32",
+        precision: str = "auto",
         cache_dir: Optional[PathLike] = None,
         *,
         text_batch_size: int = 256,
@@ -72,9 +82,10 @@ class EmbeddingScorer:
     ) -> None:
         if chunk_size < 1:
             raise ValueError("chunk_size must be positive")
-        self.precision = precision
+        target = torch.device(device) if device is not None else process_state().device
+        self.precision = resolve_precision(precision, self.spec, target)
         self.chunk_size = chunk_size
-        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, device, precision)
+        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, target, precision)
         self.engine = EmbeddingEngine(self.backbone, image_batch_size=batch_size, text_batch_size=text_batch_size,
                                       num_workers=num_workers, cache_dir=cache_dir, progress=progress)
 

@@ -63,3 +63,14 @@ def test_fp16_features_match_openai_clip_in_half_precision(tiny_openai_clip) -> 
     # fp16 kernels differ in rounding between implementations: agreement to fp16 resolution, and fp16 is not fp32
     np.testing.assert_allclose(fp16, expected.astype(np.float64), rtol=0, atol=4e-3)
     assert fp16 != fp32
+
+
+def test_auto_precision_is_the_reference_codes_own_on_each_device(tiny_openai_clip) -> None:
+    from capeval.scorers import CLIP_S, PAC_S, resolve_precision
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_precision("auto", CLIP_S, cpu) == resolve_precision("auto", PAC_S, cpu) == "fp32"
+    assert resolve_precision("auto", CLIP_S, cuda) == "fp16"  # clip.load on CUDA
+    assert resolve_precision("auto", PAC_S, cuda) == "fp32"  # PAC-S calls model.float()
+    assert resolve_precision("bf16", CLIP_S, cuda) == "bf16"
+    assert "precision:fp32" in CLIPScore(model=tiny_openai_clip.hf_dir, device="cpu").signature
