@@ -85,7 +85,8 @@ class EmbeddingScorer:
         target = torch.device(device) if device is not None else process_state().device
         self.precision = resolve_precision(precision, self.spec, target)
         self.chunk_size = chunk_size
-        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, target, precision)
+        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, target,
+                                      self.precision)
         self.engine = EmbeddingEngine(self.backbone, image_batch_size=batch_size, text_batch_size=text_batch_size,
                                       num_workers=num_workers, cache_dir=cache_dir, progress=progress)
 
