@@ -36,7 +36,7 @@ class EmbeddingEngine:
         text_batch_size: int = 256,
         num_workers: Optional[int] = None,
         cache_dir: Union[str, "os.PathLike[str]", None] = None,
-        memory_cache_size: int = 500_000,
+        memory_cache_size: int = 200_000,
         progress: bool = False,
     ) -> None:
         if image_batch_size < 1 or text_batch_size < 1:
