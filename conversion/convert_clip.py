@@ -6,7 +6,9 @@ Inputs read (see ``load_original_state_dict``):
   ``transformer.resblocks.N.attn.in_proj_weight``, ``token_embedding.weight``, ``text_projection``, ...);
 * an OpenAI TorchScript archive (the files ``clip.load`` downloads), read with ``torch.jit.load``;
 * a PAC-S checkpoint ``{"state_dict": {...}}`` in OpenAI or OpenCLIP key names, optionally ``module.``-prefixed;
-* an OpenCLIP ``CLIP`` state dict (same key names as OpenAI's for the plain ViT towers).
+* an OpenCLIP ``CLIP`` state dict (same key names as OpenAI's for the plain ViT towers);
+* a PAC-S++ checkpoint (aimagelab/pacscore ``models/clip_lora``): an OpenAI CLIP ViT ``{"state_dict": ...}`` that
+  also holds LoRA factors; ``merge_lora`` folds them into plain CLIP weights the way the reference computes.
 
 The output folder holds ``model.safetensors`` + ``config.json`` (``CLIPModel``), ``preprocessor_config.json``
 (``CLIPImageProcessor``: bicubic shortest-side resize and centre crop to the image size, mean/std of the backbone)
@@ -23,6 +25,7 @@ import re
 import sys
 import warnings
 import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -91,6 +94,15 @@ _TOWER_PREFIXES = {"visual.transformer.resblocks.": "vision_model.encoder.layers
                    "transformer.resblocks.": "text_model.encoder.layers."}
 _BLOCK_KEY = re.compile(r"^(visual\.transformer\.resblocks\.|transformer\.resblocks\.)(\d+)\.(.+)\.(weight|bias)$")
 _IN_PROJ_KEY = re.compile(r"^(visual\.transformer\.resblocks\.|transformer\.resblocks\.)(\d+)\.attn\.in_proj_(weight|bias)$")
+# PAC-S++ LoRA (aimagelab/pacscore ``models/custom_loralib``): factor names, the layers that carry them, and the
+# ``lora_alpha`` all of them use (the reference's default; it is not stored in the checkpoint).
+LORA_MARKER = "lora_"
+LORA_ALPHA = 1
+LORA_MODES = ("merge", "refuse")
+_LORA_BLOCK = r"(?:visual\.)?transformer\.resblocks\.\d+\."
+_CONV_LORA_WEIGHT = re.compile(r"^visual\.conv1\.weight$")
+_ATTENTION_LORA_WEIGHT = re.compile(rf"^{_LORA_BLOCK}attn\.(?:in_proj_weight|out_proj\.weight)$")
+_MLP_LORA_WEIGHT = re.compile(rf"^{_LORA_BLOCK}mlp\.c_(?:fc|proj)\.weight$")
 
 
 class CheckpointError(ValueError):
@@ -136,6 +148,119 @@ def load_original_state_dict(checkpoint: str | Path) -> dict[str, torch.Tensor]:
     if state_dict and all(key.startswith("module.") for key in state_dict):
         state_dict = {key[len("module."):]: value for key, value in state_dict.items()}
     return state_dict
+
+
+def lora_factor_names(state_dict: Mapping[str, torch.Tensor]) -> list[str]:
+    """The keys of ``state_dict`` that are LoRA factors (contain ``lora_``, as loralib names them), sorted."""
+    return sorted(key for key in state_dict if LORA_MARKER in key)
+
+
+def _lora_factor_pair(weight_key: str) -> tuple[str, str]:
+    """Names of the (A, B) factors of a weight: ``<module>.lora_A`` for a module's ``weight``, and
+    ``in_proj_weight_lora_A`` for the attention's ``in_proj_weight``."""
+    stem = weight_key[: -len("weight")] if weight_key.endswith(".weight") else f"{weight_key}_"
+    return f"{stem}{LORA_MARKER}A", f"{stem}{LORA_MARKER}B"
+
+
+def _lora_rank(weight: torch.Tensor, factor_a: torch.Tensor, factor_b: torch.Tensor, conv: bool) -> int | None:
+    """The LoRA rank the factor shapes give for ``weight``, or None if they do not fit it.
+
+    Linear layers: A (r, in), B (out, r). loralib's ``Conv2d`` (k x k kernel): A (r k, in k), B (out k, r k).
+    """
+    if factor_a.dim() != 2 or factor_b.dim() != 2:
+        return None
+    if conv:
+        if weight.dim() != 4 or weight.shape[2] != weight.shape[3]:
+            return None
+        kernel = weight.shape[-1]
+        rank, remainder = divmod(factor_a.shape[0], kernel)
+        expected_a, expected_b = (rank * kernel, weight.shape[1] * kernel), (weight.shape[0] * kernel, rank * kernel)
+    else:
+        if weight.dim() != 2:
+            return None
+        rank, remainder = factor_a.shape[0], 0
+        expected_a, expected_b = (rank, weight.shape[1]), (weight.shape[0], rank)
+    if remainder or rank < 1 or tuple(factor_a.shape) != expected_a or tuple(factor_b.shape) != expected_b:
+        return None
+    return rank
+
+
+def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> dict[str, torch.Tensor]:
+    """A plain CLIP state dict: ``state_dict`` unchanged if it holds no LoRA factors, else its PAC-S++ LoRA merged.
+
+    PAC-S++ (``compute_correlations_pac++.py``) builds ``clip_lora`` with ``build_model(..., lora=4)``, whose last
+    step is ``eval()``, then ``load_state_dict(checkpoint["state_dict"])`` (strict) and scores. Every factor pair
+    has rank r (read from the shapes; r = 4 in the released files) and scaling ``LORA_ALPHA / r``. What the
+    reference forward computes, as merged weights:
+
+    * ``visual.conv1.weight`` + ``(lora_B @ lora_A).view(weight.shape) * scaling``: loralib's ``Conv2d`` merges
+      only in its own ``eval()``, which ``Module.eval()`` of the parent never calls, so its forward adds the update;
+    * every ``attn.in_proj_weight`` + ``in_proj_weight_lora_B @ in_proj_weight_lora_A * scaling`` (before the
+      q/k/v split; ``in_proj_bias`` unchanged) and ``attn.out_proj.weight`` + ``lora_B @ lora_A * scaling``: the
+      LoRA attention adds both updates inside its attention function;
+    * every ``mlp.c_fc.weight`` and ``mlp.c_proj.weight`` as stored, with no update: these loralib ``Linear``
+      layers (``merge_weights=True``) are marked merged by the ``eval()`` inside ``build_model``, which runs before
+      the checkpoint is loaded (when ``lora_B`` is still zero); loading does not reset the flag, so the forward
+      never adds their factors.
+
+    Every factor is then dropped. Each update is computed in float64 from the stored values and the merged weight
+    rounded to float32 once (float32 is what the reference runs in, after its ``model.float()``): barring
+    vanishingly rare ties, the result is the float32 nearest to the exact ``W + scaling * B @ A`` whatever the
+    BLAS summation order, which a float32 product would not be, so re-converting a checkpoint (as
+    ``conversion/publish.py`` does to check weights) gives the same bytes on any machine. ``mode="refuse"`` raises
+    instead of merging. Raises ``CheckpointError`` listing every unexpected or missing factor, every factor pair
+    whose shapes do not fit its weight, and every weight whose rank differs from the most common one.
+    """
+    if mode not in LORA_MODES:
+        raise CheckpointError(f"lora mode must be one of {LORA_MODES}, got {mode!r}")
+    factor_names = lora_factor_names(state_dict)
+    if not factor_names:
+        return dict(state_dict)
+    if mode == "refuse":
+        raise CheckpointError(f"checkpoint holds {len(factor_names)} LoRA factors (e.g. {factor_names[:3]}) and "
+                              "lora mode is 'refuse'")
+    targets: dict[str, tuple[bool, bool]] = {}  # weight key -> (is the patch convolution, is the update applied)
+    for key in state_dict:
+        if _CONV_LORA_WEIGHT.match(key):
+            targets[key] = (True, True)
+        elif _ATTENTION_LORA_WEIGHT.match(key):
+            targets[key] = (False, True)
+        elif _MLP_LORA_WEIGHT.match(key):
+            targets[key] = (False, False)
+    expected = {name for key in targets for name in _lora_factor_pair(key)}
+    unexpected = [name for name in factor_names if name not in expected]
+    missing = sorted(expected.difference(factor_names))
+    if unexpected or missing:
+        raise CheckpointError(
+            "LoRA factors do not match PAC-S++'s LoRA CLIP (visual.conv1 and every block's attn.in_proj_weight, "
+            f"attn.out_proj, mlp.c_fc, mlp.c_proj): unexpected factors {unexpected}, missing factors {missing}")
+    ranks: dict[str, int] = {}
+    misfits = []
+    for key, (conv, _) in targets.items():
+        name_a, name_b = _lora_factor_pair(key)
+        rank = _lora_rank(state_dict[key], state_dict[name_a], state_dict[name_b], conv)
+        if rank is None:
+            misfits.append(f"{name_a} {tuple(state_dict[name_a].shape)}, {name_b} {tuple(state_dict[name_b].shape)} "
+                           f"for {key} {tuple(state_dict[key].shape)}")
+        else:
+            ranks[key] = rank
+    if misfits:
+        raise CheckpointError(f"LoRA factor shapes do not fit their weights: {misfits}")
+    counts = Counter(ranks.values())
+    rank = counts.most_common(1)[0][0]
+    if len(counts) > 1:
+        others = {key: other for key, other in ranks.items() if other != rank}
+        raise CheckpointError(f"LoRA factors of different ranks: {counts[rank]} weights have rank {rank}, "
+                              f"these others: {others}")
+    scaling = LORA_ALPHA / rank
+    merged = {key: value for key, value in state_dict.items() if LORA_MARKER not in key}
+    for key, (_, applied) in targets.items():
+        if applied:
+            name_a, name_b = _lora_factor_pair(key)
+            update = state_dict[name_b].double() @ state_dict[name_a].double()
+            weight = state_dict[key]
+            merged[key] = (weight.double() + update.reshape(weight.shape) * scaling).float()
+    return merged
 
 
 def _require(state_dict: Mapping[str, torch.Tensor], keys: Sequence[str]) -> None:
@@ -275,12 +400,19 @@ def _known_model_name(config: CLIPConfig) -> str | None:
 
 
 def resolve_arch(state_dict: Mapping[str, torch.Tensor], arch: str | None, model_name: str | None) -> str:
-    """Pick the architecture: ``arch`` if given; ``openai`` for OpenAI TorchScript archives (they carry
-    ``input_resolution``/``context_length``/``vocab_size``); else the default of ``model_name`` (ViT-B-32 ->
-    openai, ViT-L-14 -> openclip). OpenAI and OpenCLIP ViT key names are identical, so otherwise it is an error."""
+    """Pick the architecture: ``openai`` for PAC-S++ LoRA checkpoints (the reference's ``clip_lora`` is OpenAI's
+    QuickGELU CLIP; another ``arch`` is an error); else ``arch`` if given; ``openai`` for OpenAI TorchScript
+    archives (they carry ``input_resolution``/``context_length``/``vocab_size``); else the default of
+    ``model_name`` (ViT-B-32 -> openai, ViT-L-14 -> openclip). OpenAI and OpenCLIP ViT key names are identical,
+    so otherwise it is an error."""
+    if arch is not None and arch not in ARCHES:
+        raise CheckpointError(f"arch must be one of {ARCHES}, got {arch!r}")
+    if lora_factor_names(state_dict):
+        if arch not in (None, "openai"):
+            raise CheckpointError(f"the checkpoint holds LoRA factors: PAC-S++ LoRA models are OpenAI CLIP "
+                                  f"(QuickGELU), so arch must be 'openai', not {arch!r}")
+        return "openai"
     if arch is not None:
-        if arch not in ARCHES:
-            raise CheckpointError(f"arch must be one of {ARCHES}, got {arch!r}")
         return arch
     if any(key in state_dict for key in OPENAI_TORCHSCRIPT_SCALARS):
         return "openai"
@@ -355,15 +487,17 @@ def write_image_processor(out_dir: Path, image_size: int, normalization: str) ->
 
 def convert_checkpoint(checkpoint: str | Path, out_dir: str | Path, arch: str | None = None,
                        model_name: str | None = None, bpe_path: str | Path | None = None,
-                       normalization: str | None = None) -> Path:
+                       normalization: str | None = None, lora: str = "merge") -> Path:
     """Convert ``checkpoint`` into a ``CLIPModel`` folder at ``out_dir`` and return that folder.
 
     ``arch`` ("openai": QuickGELU, "openclip": exact GELU) is resolved by ``resolve_arch``; ``model_name``
     (ViT-B-32 / ViT-L-14), when given, must match the checkpoint's dimensions. ``normalization`` ("openai" /
-    "inception") defaults to the arch's: OpenAI constants for openai, 0.5 for openclip.
+    "inception") defaults to the arch's: OpenAI constants for openai, 0.5 for openclip. ``lora`` is
+    ``merge_lora``'s mode: "merge" folds PAC-S++ LoRA factors in when the checkpoint holds them, "refuse" stops.
     """
-    state_dict = load_original_state_dict(checkpoint)
-    resolved_arch = resolve_arch(state_dict, arch, model_name)
+    original = load_original_state_dict(checkpoint)
+    state_dict = merge_lora(original, lora)
+    resolved_arch = resolve_arch(original, arch, model_name)
     config = clip_config_from_state_dict(state_dict, resolved_arch)
     if model_name is not None and _known_model_name(config) != model_name:
         raise CheckpointError(f"checkpoint dimensions are not those of {model_name}")
@@ -387,13 +521,14 @@ def convert_checkpoint(checkpoint: str | Path, out_dir: str | Path, arch: str | 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="OpenAI and OpenCLIP ViT checkpoints have identical key names. Without --arch, an OpenAI TorchScript "
-               "archive is 'openai'; otherwise --model-name picks the default (ViT-B-32 -> openai, "
-               "ViT-L-14 -> openclip, the PAC-S backbones); with neither the conversion stops and asks for --arch.",
+        epilog="OpenAI and OpenCLIP ViT checkpoints have identical key names. Without --arch, a PAC-S++ LoRA "
+               "checkpoint or an OpenAI TorchScript archive is 'openai'; otherwise --model-name picks the default "
+               "(ViT-B-32 -> openai, ViT-L-14 -> openclip, the PAC-S backbones); with neither the conversion stops "
+               "and asks for --arch.",
     )
     parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="OpenAI state dict or TorchScript archive, PAC-S {'state_dict': ...} file, or OpenCLIP "
-                             "state dict (read with weights_only=True)")
+                        help="OpenAI state dict or TorchScript archive, PAC-S or PAC-S++ {'state_dict': ...} file, "
+                             "or OpenCLIP state dict (read with weights_only=True)")
     parser.add_argument("--out", required=True, type=Path, help="output folder for the CLIPModel files")
     parser.add_argument("--arch", choices=ARCHES, help="openai: QuickGELU; openclip: exact GELU")
     parser.add_argument("--model-name", choices=sorted(KNOWN_MODELS),
@@ -401,6 +536,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--bpe", type=Path, help="bpe_simple_vocab_16e6.txt.gz (default: from open_clip / clip)")
     parser.add_argument("--normalization", choices=sorted(NORMALIZATIONS),
                         help="image mean/std: openai constants or inception 0.5 (default: by arch)")
+    parser.add_argument("--lora", choices=LORA_MODES, default="merge",
+                        help="merge (default): fold PAC-S++ LoRA factors into the weights as the reference computes "
+                             "(the MLP factors are never applied there), when the checkpoint holds any; "
+                             "refuse: stop if it holds any")
     return parser.parse_args(argv)
 
 
@@ -409,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
         out = convert_checkpoint(args.checkpoint, args.out, arch=args.arch, model_name=args.model_name,
-                                 bpe_path=args.bpe, normalization=args.normalization)
+                                 bpe_path=args.bpe, normalization=args.normalization, lora=args.lora)
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

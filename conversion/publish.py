@@ -29,7 +29,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from safetensors import safe_open
 from transformers import CLIPConfig, CLIPModel
 
-from conversion.convert_clip import CheckpointError, convert_state_dict, load_original_state_dict
+from conversion.convert_clip import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
 
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
@@ -229,7 +229,7 @@ def plan_model(card_dir: Path, weights_dir: Path, original: Path | None, tag: st
 def check_original_matches_weights(original: Path, weights_path: Path, card_dir: Path) -> None:
     """Error unless converting ``original`` gives exactly the tensors in ``weights_path`` (compared in fp32)."""
     try:
-        converted = convert_state_dict(load_original_state_dict(original), CLIPConfig.from_pretrained(card_dir))
+        converted = convert_state_dict(merge_lora(load_original_state_dict(original)), CLIPConfig.from_pretrained(card_dir))
     except CheckpointError as error:
         raise PublishError(f"original checkpoint {original}: {error}") from error
     with safe_open(str(weights_path), framework="pt") as weights:

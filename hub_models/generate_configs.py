@@ -42,6 +42,14 @@ def meta_openai_vit_b_32() -> nn.Module:
         return clip.model.CLIP(512, 224, 12, 768, 32, 77, 49408, 512, 8, 12)
 
 
+def meta_openai_vit_l_14() -> nn.Module:
+    """OpenAI CLIP ViT-L/14 (clip-anytorch) on the meta device."""
+    import clip.model
+
+    with torch.device("meta"):
+        return clip.model.CLIP(768, 224, 24, 1024, 14, 77, 49408, 768, 12, 12)
+
+
 def meta_openclip_vit_l_14() -> nn.Module:
     """OpenCLIP ``ViT-L-14`` (the laion2b_s32b_b82k architecture) on the meta device."""
     import open_clip
@@ -61,6 +69,9 @@ class HubModel(NamedTuple):
 HUB_MODELS: dict[str, HubModel] = {
     "capeval/pacs-clip-vit-b-32": HubModel(meta_openai_vit_b_32, "openai"),
     "capeval/pacs-openclip-vit-l-14": HubModel(meta_openclip_vit_l_14, "openclip"),
+    # PAC-S++: the plain OpenAI backbones, which is what convert_clip.py leaves once the LoRA factors are merged
+    "capeval/pacspp-clip-vit-b-32": HubModel(meta_openai_vit_b_32, "openai"),
+    "capeval/pacspp-clip-vit-l-14": HubModel(meta_openai_vit_l_14, "openai"),
 }
 
 

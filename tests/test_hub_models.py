@@ -23,6 +23,8 @@ HUB_MODELS_DIR = Path(__file__).resolve().parent.parent / "hub_models"
 PAPER = Path("/work/shared/papers/pacscore-sarto2023.txt")
 B32 = "capeval/pacs-clip-vit-b-32"
 L14 = "capeval/pacs-openclip-vit-l-14"
+BPP32 = "capeval/pacspp-clip-vit-b-32"
+LPP14 = "capeval/pacspp-clip-vit-l-14"
 REQUIRED_FIELDS = ("license", "library_name", "tags", "base_model", "model-index")
 # Keys a config written by save_pretrained has and a freshly built CLIPConfig lacks or sets differently.
 SAVE_ONLY_KEYS = ("transformers_version", "dtype", "architectures")
@@ -81,7 +83,12 @@ EXPECTED_RESULTS: dict[str, dict[tuple[str, str], PaperCell]] = {
         ("FOIL", "PAC-S accuracy"): PaperCell(8, "OpenCLIP ViT-L/14", "PAC-S", 8),
     },
 }
-BASE_MODELS = {B32: "openai/clip-vit-base-patch32", L14: "laion/CLIP-ViT-L-14-laion2B-s32B-b82K"}
+# The PAC-S++ cards list no results: the PAC-S++ paper (arXiv 2410.07336) is not in /work/shared/papers.
+EXPECTED_RESULTS[BPP32] = {}
+EXPECTED_RESULTS[LPP14] = {}
+BASE_MODELS = {B32: "openai/clip-vit-base-patch32", L14: "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
+               BPP32: "openai/clip-vit-base-patch32", LPP14: "openai/clip-vit-large-patch14"}
+OPENAI_NORMALIZED = (B32, BPP32, LPP14)
 
 
 def model_folders() -> list[str]:
@@ -114,9 +121,12 @@ def paper_number(cell: PaperCell) -> float:
 
 def meta_original_state_dict(repo_id: str) -> dict[str, torch.Tensor]:
     """State dict (meta tensors) of the full-size original model each folder was converted from."""
-    if repo_id == B32:
+    if repo_id in (B32, BPP32):
         with torch.device("meta"):
             model = clip.model.CLIP(512, 224, 12, 768, 32, 77, 49408, 512, 8, 12)
+    elif repo_id == LPP14:
+        with torch.device("meta"):
+            model = clip.model.CLIP(768, 224, 24, 1024, 14, 77, 49408, 768, 12, 12)
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -187,7 +197,7 @@ def test_config_equals_conversion_of_meta_original(repo_id: str) -> None:
 def test_folder_loads_with_transformers(repo_id: str) -> None:
     folder = HUB_MODELS_DIR / repo_id
     processor = CLIPImageProcessor.from_pretrained(folder)
-    if repo_id == B32:
+    if repo_id in OPENAI_NORMALIZED:
         normalize = clip.clip._transform(224).transforms[-1]
         expected_mean, expected_std = list(normalize.mean), list(normalize.std)
     else:
