@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Type, Union
 
 import numpy as np
 import torch
@@ -170,3 +170,7 @@ class PACScore(EmbeddingScorer):
     """PAC-S and RefPAC-S (Sarto et al., 2023): w = 2.0 on the PAC-S fine-tuned CLIP backbones."""
 
     spec = PAC_S
+
+
+SCORERS: Dict[str, Type[EmbeddingScorer]] = {"clipscore": CLIPScore, "pacscore": PACScore}
+"""Scorer class by metric family name (the names of the ``metrics/`` folders and the CLI's ``--metric``)."""

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from capeval.inputs import InputError, validate_references
-from capeval.scorers import CLIPScore, PACScore
+from capeval.scorers import SCORERS
 
 
 class CaptionScorer(Protocol):
@@ -254,16 +254,15 @@ def _token_rows(values: Any, name: str) -> List[List[int]]:
 
 
 def _resolve_scorers(scorer: ScorerSpec) -> List[CaptionScorer]:
-    by_name = {"clipscore": CLIPScore, "pacscore": PACScore}
     specs = list(scorer) if isinstance(scorer, (list, tuple)) else ["clipscore" if scorer is None else scorer]
     if not specs:
         raise InputError("scorer is an empty list; give at least one scorer")
     scorers: List[CaptionScorer] = []
     for index, spec in enumerate(specs):
         if isinstance(spec, str):
-            if spec not in by_name:
+            if spec not in SCORERS:
                 raise InputError(f"scorer[{index}] is {spec!r}; expected 'clipscore', 'pacscore' or a scorer instance")
-            scorers.append(by_name[spec]())
+            scorers.append(SCORERS[spec]())
         elif all(hasattr(spec, attribute) for attribute in ("score", "metric_name", "ref_metric_name")):
             scorers.append(spec)
         else:

@@ -1,0 +1,194 @@
+"""The ``capeval`` command: ``capeval score`` (CLIP-S / PAC-S of a folder of images) and ``capeval benchmark``.
+
+``capeval score`` reads the reference repositories' JSON files as they are: candidates ``{"<image id>": "caption"}``
+and references ``{"<image id>": ["ref", ...]}`` (a single string is one reference), where an image id is the file
+stem of an image in ``--images``. It prints the corpus scores as the reference scripts do and can write per-item
+scores keyed by image id, with the result signature, to ``--output``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Type
+
+from capeval.backbones import PRECISIONS
+from capeval.inputs import InputError, validate_caption
+from capeval.scorers import SCORERS
+from capeval.version import __version__
+
+try:  # the benchmark subcommand lands separately
+    from capeval.benchmarks import command as benchmark_command
+except ImportError:
+    benchmark_command = None
+
+LABELS: Dict[str, str] = {
+    "clip_score": "CLIPScore",
+    "ref_clip_score": "RefCLIPScore",
+    "pac_score": "PAC-S",
+    "ref_pac_score": "RefPAC-S",
+}
+"""How the reference scripts print each corpus score."""
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
+"""File extensions (any case) searched for in the image folder."""
+
+
+def _name_keys(keys: Sequence[str], shown: int = 5) -> str:
+    """``key 'a'`` or ``keys 'a', 'b' (and 3 more)``."""
+    listed = ", ".join(repr(key) for key in keys[:shown])
+    more = f" (and {len(keys) - shown} more)" if len(keys) > shown else ""
+    return f"key {listed}" if len(keys) == 1 else f"keys {listed}{more}"
+
+
+def _load_json_object(path: Path, layout: str) -> Dict[str, Any]:
+    """A JSON file holding an object; ``layout`` describes the expected content in errors."""
+    with path.open(encoding="utf-8") as handle:
+        try:
+            data = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a JSON object {layout}, found {type(data).__name__}")
+    if not data:
+        raise InputError(f"{path} is empty; it must map image ids to captions")
+    return data
+
+
+def read_candidates(path: Path) -> Dict[str, str]:
+    """Candidates JSON ``{"<image id>": "caption"}``, checked caption by caption."""
+    data = _load_json_object(path, '{"<image id>": "caption", ...}')
+    return {key: validate_caption(caption, f"candidate {key!r} in {path}") for key, caption in data.items()}
+
+
+def read_references(path: Path) -> Dict[str, List[str]]:
+    """References JSON ``{"<image id>": ["ref", ...]}``; a string value is one reference, as in CLIPScore's script."""
+    data = _load_json_object(path, '{"<image id>": ["reference", ...], ...}')
+    references: Dict[str, List[str]] = {}
+    for key, refs in data.items():
+        refs = [refs] if isinstance(refs, str) else refs
+        if not isinstance(refs, list):
+            raise InputError(f"references of {key!r} in {path} must be a list of strings, found {type(refs).__name__}")
+        if not refs:
+            raise InputError(f"references of {key!r} in {path} are empty; give at least one reference")
+        references[key] = [validate_caption(ref, f"reference {index} of {key!r} in {path}")
+                           for index, ref in enumerate(refs)]
+    return references
+
+
+def check_same_keys(candidates: Dict[str, Any], candidates_path: Path,
+                    references: Dict[str, Any], references_path: Path) -> None:
+    """Every image id must be in both files."""
+    for keys, present, absent in (
+        ([key for key in candidates if key not in references], candidates_path, references_path),
+        ([key for key in references if key not in candidates], references_path, candidates_path),
+    ):
+        if keys:
+            raise InputError(f"{_name_keys(keys)} in {present} but not in {absent}")
+
+
+def find_images(folder: Path, keys: Sequence[str]) -> Dict[str, Path]:
+    """The image file of each key: ``<folder>/<key>.<ext>`` for one extension in ``IMAGE_EXTENSIONS``."""
+    if not folder.is_dir():
+        raise InputError(f"image folder not found: {folder}")
+    by_stem: Dict[str, List[Path]] = {}
+    for path in folder.iterdir():
+        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file():
+            by_stem.setdefault(path.stem, []).append(path)
+    missing = [key for key in keys if key not in by_stem]
+    if missing:
+        raise InputError(f"no image file for {_name_keys(missing)} in {folder} "
+                         f"(looked for <image id> with extension {', '.join(sorted(IMAGE_EXTENSIONS))})")
+    for key in keys:
+        if len(by_stem[key]) > 1:
+            names = ", ".join(sorted(path.name for path in by_stem[key]))
+            raise InputError(f"several image files for key {key!r} in {folder}: {names}")
+    return {key: by_stem[key][0] for key in keys}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """``capeval score``: score every candidate against its image (and references), print and save the scores."""
+    if args.output is not None and not args.output.parent.is_dir():
+        raise InputError(f"output folder not found: {args.output.parent}")
+    candidates = read_candidates(args.candidates)
+    references = read_references(args.references) if args.references is not None else None
+    if references is not None:
+        check_same_keys(candidates, args.candidates, references, args.references)
+    keys = list(candidates)
+    images = find_images(args.images, keys)
+
+    options = {"model": args.model, "revision": args.revision, "device": args.device,
+               "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
+    scorer = SCORERS[args.metric](**{name: value for name, value in options.items() if value is not None},
+                                  progress=True)
+    result = scorer.score([images[key] for key in keys], [candidates[key] for key in keys],
+                          [references[key] for key in keys] if references is not None else None)
+
+    names = [scorer.metric_name] + ([scorer.ref_metric_name] if references is not None else [])
+    for name in names:
+        print(f"{LABELS[name]}: {result[name]:.4f}")
+    print(f"Signature: {result['signature']}")
+    if args.output is not None:
+        report = {
+            "metric": args.metric,
+            "signature": result["signature"],
+            **{name: result[name] for name in names},
+            "scores": {key: {name: result[f"{name}s"][index] for name in names} for index, key in enumerate(keys)},
+        }
+        args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser(
+        "score",
+        help="CLIP-S / RefCLIP-S or PAC-S / RefPAC-S of captions for a folder of images",
+        description="Score candidate captions against their images (and references). Takes the JSON formats of the "
+                    "CLIPScore and PAC-S reference repositories: image ids are image file stems.",
+    )
+    parser.add_argument("--metric", required=True, choices=sorted(SCORERS), help="which metric")
+    parser.add_argument("--images", required=True, type=Path, help="folder holding <image id>.<jpg|png|...>")
+    parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
+    parser.add_argument("--references", type=Path,
+                        help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')
+    parser.add_argument("--model", help="hub id or local folder of a converted model (default: the metric's own)")
+    parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
+    parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
+    parser.add_argument("--batch-size", type=_positive_int, help="images per forward pass (default 64)")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), help="model and score arithmetic (default fp32)")
+    parser.add_argument("--cache-dir", type=Path, help="folder of the on-disk embedding cache (default: none)")
+    parser.add_argument("--output", type=Path, help="write per-item scores keyed by image id to this JSON file")
+    parser.set_defaults(handler=run_score)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``capeval`` argument parser with its subcommands."""
+    parser = argparse.ArgumentParser(prog="capeval", description="Faithful image-caption evaluation metrics.")
+    parser.add_argument("--version", action="version", version=f"capeval {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_score_parser(subparsers)
+    if benchmark_command is not None:
+        benchmark_command.register(subparsers)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; bad input or a missing file prints one line to stderr and returns 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (InputError, OSError) as error:
+        print(f"capeval {args.command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
