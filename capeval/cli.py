@@ -163,7 +163,8 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=_positive_int, help="images per forward pass (default 64)")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), help="model and score arithmetic (default fp32)")
+    parser.add_argument("--precision", choices=["auto", *sorted(PRECISIONS)],
+                        help="model and score arithmetic (default auto: the reference code's own on that device)")
     parser.add_argument("--cache-dir", type=Path, help="folder of the on-disk embedding cache (default: none)")
     parser.add_argument("--output", type=Path, help="write per-item scores keyed by image id to this JSON file")
     parser.set_defaults(handler=run_score)
