@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Type
 
 from capeval.backbones import PRECISIONS
+from capeval.benchmarks import command as benchmark_command
+from capeval.benchmarks.baselines import BaselineUnavailableError
+from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, validate_caption
 from capeval.scorers import SCORERS
 from capeval.version import __version__
-
-try:  # the benchmark subcommand lands separately
-    from capeval.benchmarks import command as benchmark_command
-except ImportError:
-    benchmark_command = None
 
 LABELS: Dict[str, str] = {
     "clip_score": "CLIPScore",
@@ -176,8 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_score_parser(subparsers)
-    if benchmark_command is not None:
-        benchmark_command.register(subparsers)
+    benchmark_command.register(subparsers)
     return parser
 
 
@@ -186,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (InputError, OSError) as error:
+    except (InputError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
         print(f"capeval {args.command}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,294 @@
+"""Run any caption metric on a human-judgment benchmark and measure its agreement with the humans.
+
+A metric is any callable ``f(images, candidates, references) -> per-item scores`` (``images``: image file paths,
+or the benchmark's image names when no metric needs images; ``references``: one list of strings per item). It is
+called ONCE over all items, in benchmark order; items are not deduplicated (capeval's scorers encode each
+distinct image and text once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the
+call, ``signature: str``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from capeval.benchmarks import statistics
+from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
+
+MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
+"""``f(images, candidates, references) -> one score per candidate``."""
+
+BASELINE_METRICS: tuple[str, ...] = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
+EMBEDDING_METRICS: Mapping[str, tuple[str, bool]] = {
+    "clip_s": ("clip", False),
+    "ref_clip_s": ("clip", True),
+    "pac_s": ("pac", False),
+    "ref_pac_s": ("pac", True),
+}
+"""Built-in embedding metric name -> (scorer family, uses references)."""
+BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(EMBEDDING_METRICS)
+
+
+class ScorerMetric:
+    """One output of a capeval scorer (``CLIPScore`` / ``PACScore``) as a benchmark metric callable."""
+
+    needs_images = True
+
+    def __init__(self, scorer, uses_references: bool) -> None:
+        self.scorer = scorer
+        self.uses_references = uses_references
+        self.signature: Optional[str] = None
+
+    def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
+        if self.uses_references:
+            result = self.scorer.score(images, candidates, references)
+            scores = result[self.scorer.ref_metric_name + "s"]
+        else:
+            result = self.scorer.score(images, candidates)
+            scores = result[self.scorer.metric_name + "s"]
+        self.signature = result["signature"]
+        return scores
+
+
+def builtin_metrics(
+    names: Sequence[str],
+    *,
+    model: Optional[Union[str, "os.PathLike[str]"]] = None,
+    device: Optional[str] = None,
+    batch_size: int = 64,
+) -> Dict[str, MetricFn]:
+    """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
+
+    ``clip_s``/``ref_clip_s`` share one ``capeval.CLIPScore`` and ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so
+    each family encodes every image and text once. ``model`` (a folder or hub id) replaces the default model of
+    every scorer used.
+    """
+    unknown = [name for name in names if name not in BUILTIN_METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
+    duplicated = sorted({name for name in names if list(names).count(name) > 1})
+    if duplicated:
+        raise ValueError(f"metric(s) listed twice: {', '.join(duplicated)}")
+    scorers: Dict[str, object] = {}
+    metrics: Dict[str, MetricFn] = {}
+    for name in names:
+        if name in BASELINE_METRICS:
+            from capeval.benchmarks import baselines
+
+            metrics[name] = baselines.BASELINES[name]
+            continue
+        family, uses_references = EMBEDDING_METRICS[name]
+        if family not in scorers:
+            import capeval
+
+            scorer_class = capeval.CLIPScore if family == "clip" else capeval.PACScore
+            scorers[family] = scorer_class(model=model, device=device, batch_size=batch_size)
+        metrics[name] = ScorerMetric(scorers[family], uses_references)
+    return metrics
+
+
+@dataclass
+class MetricResult:
+    """One metric on one benchmark: per-item scores, statistics with intervals, and what produced them."""
+
+    name: str
+    scores: np.ndarray
+    """One score per item; ``(n_items, 2)`` for pairwise benchmarks (one column per candidate)."""
+    statistics: Dict[str, statistics.Estimate]
+    signature: Optional[str]
+    seconds: float
+
+
+@dataclass
+class BenchmarkResult:
+    """Every metric's result on one benchmark, and paired comparisons of each metric with the first one."""
+
+    benchmark: Benchmark
+    metrics: Dict[str, MetricResult]
+    comparisons: List[statistics.PairedComparison]
+    n_resamples: int
+    confidence: float
+    seed: int
+    ties: str
+    image_dir: Optional[str]
+    n_images: int
+    statistic_names: tuple[str, ...]
+
+    @property
+    def n_items(self) -> int:
+        return len(self.benchmark.items)
+
+
+def _metric_inputs(benchmark: Benchmark, image_dir: Optional[Path]) -> tuple[List[str], List[str], List[List[str]]]:
+    """The lists a metric is called with; pairwise benchmarks list every first candidate, then every second."""
+    items = benchmark.items
+
+    def image_path(item) -> str:
+        return str(image_dir / item.image) if image_dir is not None else item.image
+
+    if benchmark.task == "pairwise":
+        images = [image_path(item) for item in items] * 2
+        candidates = [item.candidates[0] for item in items] + [item.candidates[1] for item in items]
+        references = [list(item.references) for item in items] * 2
+        return images, candidates, references
+    return [image_path(item) for item in items], [item.candidate for item in items], [list(item.references) for item in items]
+
+
+def _foil_pairs(items: Sequence[FoilItem]) -> np.ndarray:
+    """``(n_pairs, 2)`` item indices (correct caption, foil caption), pairs in first-seen order."""
+    members: Dict[str, List[int]] = defaultdict(list)
+    for index, item in enumerate(items):
+        members[item.pair].append(index)
+    pairs = []
+    for pair, indices in members.items():
+        kinds = sorted(items[index].is_foil for index in indices)
+        if kinds != [False, True]:
+            keys = ", ".join(items[index].key for index in indices)
+            raise ValueError(f"FOIL pair {pair!r} must hold one correct and one foil caption; it holds items {keys}")
+        pairs.append(sorted(indices, key=lambda index: items[index].is_foil))
+    return np.asarray(pairs, dtype=np.int64)
+
+
+def _check_items(benchmark: Benchmark) -> None:
+    expected = {"correlation": RatedItem, "pairwise": PairwiseItem, "foil": FoilItem}.get(benchmark.task)
+    if expected is None:
+        raise ValueError(f"benchmark {benchmark.name!r} has unknown task {benchmark.task!r}")
+    if not benchmark.items:
+        raise ValueError(f"benchmark {benchmark.name!r} has no items")
+    for index, item in enumerate(benchmark.items):
+        if not isinstance(item, expected):
+            raise ValueError(f"item {index} of {benchmark.name!r} is a {type(item).__name__}, expected {expected.__name__}")
+
+
+def _call_metric(name: str, metric: MetricFn, inputs: tuple, keys: Sequence[str]) -> np.ndarray:
+    raw = metric(*inputs)
+    try:
+        scores = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"metric {name!r} returned scores that are not numbers: {error}") from None
+    if scores.shape != (len(keys),):
+        raise ValueError(f"metric {name!r} returned scores of shape {scores.shape} for {len(keys)} inputs")
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        raise ValueError(
+            f"metric {name!r} returned {scores[bad[0]]} for input {bad[0]} (item {keys[bad[0]]!r})"
+            + (f" and {bad.size - 1} more non-finite scores" if bad.size > 1 else "")
+        )
+    return scores
+
+
+def run_benchmark(
+    benchmark: Benchmark,
+    metrics: Mapping[str, MetricFn],
+    image_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    ties: str = "half",
+    on_metric: Optional[Callable[[str], None]] = None,
+) -> BenchmarkResult:
+    """Score ``benchmark`` with every metric and compute its statistics, bootstrap intervals and paired comparisons.
+
+    ``image_dir`` defaults to ``benchmark.image_dir``; images are checked before any metric runs when a metric
+    needs them. ``n_resamples`` image-level bootstrap
+    resamples (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the
+    first one on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
+    ``on_metric(name)`` is called before each metric runs.
+    """
+    if not metrics:
+        raise ValueError("no metric to benchmark")
+    if ties not in statistics.TIE_CREDITS:
+        raise ValueError(f"ties must be one of {sorted(statistics.TIE_CREDITS)}, got {ties!r}")
+    _check_items(benchmark)
+    needing_images = [name for name, metric in metrics.items() if getattr(metric, "needs_images", True)]
+    folder = image_dir if image_dir is not None else benchmark.image_dir
+    image_root = Path(folder) if folder else None
+    if needing_images:
+        if image_root is None:
+            raise ValueError(
+                f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
+                "pass the images folder"
+            )
+        check_images(benchmark, image_root)
+
+    items = benchmark.items
+    inputs = _metric_inputs(benchmark, image_root)
+    keys = [item.key for item in items]
+    if benchmark.task == "pairwise":
+        keys = [f"{key} (candidate 0)" for key in keys] + [f"{key} (candidate 1)" for key in keys]
+        groups = [item.image for item in items]
+        categories: Optional[List[str]] = [item.category for item in items]
+        statistic_names = statistics.accuracy_names(categories)
+    elif benchmark.task == "foil":
+        foil_pairs = _foil_pairs(items)
+        groups = [items[correct].image for correct, _ in foil_pairs]
+        categories = None
+        statistic_names = statistics.accuracy_names(categories)
+    else:
+        human = np.asarray([item.human for item in items], dtype=np.float64)
+        groups = [item.image for item in items]
+        statistic_names = statistics.CORRELATION_STATISTICS
+    bootstrap = statistics.ImageBootstrap(groups, n_resamples, seed)
+
+    results: Dict[str, MetricResult] = {}
+    replicates: Dict[str, Dict[str, np.ndarray]] = {}
+    for name, metric in metrics.items():
+        if on_metric is not None:
+            on_metric(name)
+        start = time.perf_counter()
+        scores = _call_metric(name, metric, inputs, keys)
+        seconds = time.perf_counter() - start
+        if benchmark.task == "correlation":
+            values = statistics.correlations(scores, human)
+            replicates[name] = statistics.correlation_replicates(scores, human, bootstrap)
+        else:
+            if benchmark.task == "pairwise":
+                scores = scores.reshape(2, len(items)).T
+                labels = np.asarray([item.label for item in items])
+                rows = np.arange(len(items))
+                preferred, other = scores[rows, labels], scores[rows, 1 - labels]
+            else:
+                preferred, other = scores[foil_pairs[:, 0]], scores[foil_pairs[:, 1]]
+            credit = statistics.preference_credit(preferred, other, ties)
+            values = statistics.category_accuracies(credit, categories)
+            replicates[name] = statistics.accuracy_replicates(credit, categories, bootstrap)
+        estimates = {
+            statistic: statistics.percentile_interval(values[statistic], replicates[name][statistic], confidence)
+            for statistic in statistic_names
+        }
+        results[name] = MetricResult(name, scores, estimates, getattr(metric, "signature", None), seconds)
+
+    baseline = next(iter(results))
+    comparisons = [
+        statistics.paired_comparison(
+            name,
+            baseline,
+            statistic,
+            results[name].statistics[statistic].value,
+            results[baseline].statistics[statistic].value,
+            replicates[name][statistic],
+            replicates[baseline][statistic],
+            confidence,
+        )
+        for name in list(results)[1:]
+        for statistic in statistic_names
+    ]
+    return BenchmarkResult(
+        benchmark=benchmark,
+        metrics=results,
+        comparisons=comparisons,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        seed=seed,
+        ties=ties,
+        image_dir=str(image_root) if image_root is not None else None,
+        n_images=bootstrap.n_images,
+        statistic_names=statistic_names,
+    )
+
