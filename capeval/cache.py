@@ -17,10 +17,11 @@ import numpy as np
 
 
 class MemoryCache:
-    """Least-recently-used map from item key to feature row, holding at most ``capacity`` rows."""
+    """Least-recently-used map from item key to feature row, holding at most ``capacity_bytes`` of rows."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.nbytes = 0
         self._rows: "OrderedDict[str, np.ndarray]" = OrderedDict()
 
     def get_many(self, keys: Iterable[str]) -> Dict[str, np.ndarray]:
@@ -33,11 +34,15 @@ class MemoryCache:
         return found
 
     def put_many(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Store copies of ``rows`` (so that no batch array outlives its last cached row), evicting the oldest."""
         for key, row in rows.items():
-            self._rows[key] = row
-            self._rows.move_to_end(key)
-        while len(self._rows) > self.capacity:
-            self._rows.popitem(last=False)
+            previous = self._rows.pop(key, None)
+            if previous is not None:
+                self.nbytes -= previous.nbytes
+            self._rows[key] = row.copy()
+            self.nbytes += row.nbytes
+        while self.nbytes > self.capacity_bytes and self._rows:
+            self.nbytes -= self._rows.popitem(last=False)[1].nbytes
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -36,7 +36,7 @@ class EmbeddingEngine:
         text_batch_size: int = 256,
         num_workers: Optional[int] = None,
         cache_dir: Union[str, "os.PathLike[str]", None] = None,
-        memory_cache_size: int = 200_000,
+        memory_cache_bytes: int = 256 << 20,
         progress: bool = False,
     ) -> None:
         if image_batch_size < 1 or text_batch_size < 1:
@@ -47,7 +47,7 @@ class EmbeddingEngine:
         self.num_workers = num_workers if num_workers is not None else min(8, os.cpu_count() or 1)
         self.progress = progress
         self.state = process_state()
-        self._memory = {"image": MemoryCache(memory_cache_size), "text": MemoryCache(memory_cache_size)}
+        self._memory = {"image": MemoryCache(memory_cache_bytes), "text": MemoryCache(memory_cache_bytes)}
         self._disk: Dict[str, DiskCache] = {}
         if cache_dir is not None:
             for kind in ("image", "text"):

@@ -9,9 +9,9 @@ import hashlib
 import io
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -183,6 +183,7 @@ def iter_scoring_items(
     index = 0
     while True:
         chunk_images: List[ImageItem] = []
+        chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
         chunk_captions: List[str] = []
         chunk_refs: List[Tuple[str, ...]] = []
         start = index
@@ -196,7 +197,8 @@ def iter_scoring_items(
                 if len(ended) < (3 if reference_iter is not None else 2):
                     raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {index} items")
                 break
-            chunk_images.append(validate_image(image, index))  # type: ignore[arg-type]
+            item = validate_image(image, index)  # type: ignore[arg-type]
+            chunk_images.append(replace(item, data=chunk_data.setdefault(item.key, item.data)))
             chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
             if reference_iter is not None:
                 chunk_refs.append(validate_references(refs, index))

@@ -169,3 +169,28 @@ def test_two_processes_equal_one_exactly(tiny_openai_clip, tmp_path) -> None:
         assert 0 < encoded["image"] < 10  # each process encoded only its share of the 10 unique images
     assert sum(r_encoded for r_encoded in [json.loads((tmp_path / f"rank{r}.json").read_text())["encoded"]["image"]
                                            for r in range(2)]) == 10
+
+
+def test_memory_cache_is_bounded_in_bytes_and_keeps_recent_rows() -> None:
+    from capeval.cache import MemoryCache
+
+    cache = MemoryCache(capacity_bytes=3 * 64 * 4)
+    batch = np.arange(5 * 64, dtype=np.float32).reshape(5, 64)
+    cache.put_many({f"k{i}": batch[i] for i in range(5)})
+    assert len(cache) == 3 and cache.nbytes == 3 * 64 * 4
+    assert sorted(cache.get_many([f"k{i}" for i in range(5)])) == ["k2", "k3", "k4"]
+    assert all(row.base is None for row in cache.get_many(["k2", "k3", "k4"]).values())  # copies, not batch views
+    cache.get_many(["k2"])
+    cache.put_many({"k5": batch[0]})
+    assert sorted(cache.get_many(["k2", "k3", "k4", "k5"])) == ["k2", "k4", "k5"]  # k3 was least recently used
+
+
+def test_scoring_after_eviction_recomputes_the_same_rows(tiny_openai_clip) -> None:
+    images, candidates, _ = _workload()
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir)
+    first = scorer.score(images, candidates)
+    scorer.engine._memory["image"].capacity_bytes = 0
+    scorer.engine._memory["image"].put_many({})
+    assert len(scorer.engine._memory["image"]) == 0
+    assert scorer.score(images, candidates) == first
+    assert scorer.engine.encoded["image"] == 20
