@@ -105,13 +105,6 @@ def find_images(folder: Path, keys: Sequence[str]) -> Dict[str, Path]:
     return {key: by_stem[key][0] for key in keys}
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
 def run_score(args: argparse.Namespace) -> int:
     """``capeval score``: score every candidate against its image (and references), print and save the scores."""
     if args.output is not None and not args.output.parent.is_dir():
@@ -160,7 +153,7 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--model", help="hub id or local folder of a converted model (default: the metric's own)")
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
-    parser.add_argument("--batch-size", type=_positive_int, help="images per forward pass (default 64)")
+    parser.add_argument("--batch-size", type=benchmark_command.positive_int, help="images per forward pass (default 64)")
     parser.add_argument("--precision", choices=["auto", *sorted(PRECISIONS)],
                         help="model and score arithmetic (default auto: the reference code's own on that device)")
     parser.add_argument("--cache-dir", type=Path, help="folder of the on-disk embedding cache (default: none)")

@@ -82,8 +82,9 @@ class TextTransform:
         self.end_token_id = end_token_id
 
     def prepare(self, texts: Sequence[str], prompt: str) -> List[str]:
-        """The exact strings the tokenizer sees: prompt + text, cleaned."""
-        return [clean_text(prompt + text) for text in texts]
+        """The exact strings the tokenizer sees: prompt + text, cleaned (each distinct text cleaned once)."""
+        cleaned = {text: clean_text(prompt + text) for text in dict.fromkeys(texts)}
+        return [cleaned[text] for text in texts]
 
     def tokenize(self, prepared: Sequence[str]) -> List[List[int]]:
         """Token ids of prepared texts, cut to ``context_length`` with the last kept token replaced by the end token."""

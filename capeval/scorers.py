@@ -142,12 +142,12 @@ class EmbeddingScorer:
     def _score_chunk(self, chunk: ScoringItems) -> tuple:
         """(per-item image scores, per-item reference scores or None, number of truncated texts) of one chunk."""
         text_transform = self.backbone.text_transform
-        texts = text_transform.prepare(chunk.candidates, self.spec.prompt)
+        raw = list(chunk.candidates)
         counts: List[int] = []
-        if chunk.references is not None:
-            for refs in chunk.references:
-                texts.extend(text_transform.prepare(refs, self.spec.prompt))
-                counts.append(len(refs))
+        for refs in chunk.references or ():
+            raw.extend(refs)
+            counts.append(len(refs))
+        texts = text_transform.prepare(raw, self.spec.prompt)
         arithmetic = np.float16 if self.precision == "fp16" else np.float64
         image_features = self.engine.image_features(chunk.images).astype(arithmetic)
         text_features = self.engine.text_features(texts).astype(arithmetic)

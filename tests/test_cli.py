@@ -161,4 +161,4 @@ def test_batch_size_must_be_positive(capsys) -> None:
         main(["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images"),
               "--candidates", str(EXAMPLES / "good_captions.json"), "--batch-size", "0"])
     assert exit_info.value.code == 2
-    assert "must be a positive integer" in capsys.readouterr().err
+    assert "must be at least 1, got 0" in capsys.readouterr().err

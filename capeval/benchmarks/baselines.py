@@ -299,6 +299,7 @@ class BaselineMetric:
     """
 
     needs_references = True
+    needs_images = False
 
     def __init__(self, name: str, group: Optional["_BaselineGroup"] = None) -> None:
         self.name = canonical_baseline_name(name)

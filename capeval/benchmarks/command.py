@@ -4,11 +4,19 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from capeval.benchmarks.datasets import available_benchmarks, load_benchmark
 from capeval.benchmarks.report import markdown_report, write_report
 from capeval.benchmarks.runner import BUILTIN_METRICS, builtin_metrics, run_benchmark
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -26,8 +34,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--data-root", type=Path, help="folder holding the benchmark's annotation files")
     parser.add_argument("--model", help="hub id or local folder replacing the default model of CLIP-S / PAC-S")
     parser.add_argument("--device", help="torch device (default: Accelerate's)")
-    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
-    parser.add_argument("--bootstrap", type=int, default=1000, help="image-level bootstrap resamples for the intervals")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass")
+    parser.add_argument("--bootstrap", type=positive_int, default=1000,
+                        help="image-level bootstrap resamples for the 95%% intervals and paired tests (default 1000; "
+                             "about 7 ms per resample and metric on Flickr8k-Expert)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
     parser.add_argument("--ties", choices=["half", "wrong"], default="half",
                         help="credit of a metric tie in pairwise / FOIL accuracy (default: half)")
     parser.add_argument("--output", type=Path, help="folder for results.json, results.md and the plots")
@@ -39,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval benchmark``."""
     benchmark = load_benchmark(args.dataset, args.data_root)
     metrics = builtin_metrics(args.metric, model=args.model, device=args.device, batch_size=args.batch_size)
-    result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, ties=args.ties,
+    result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "
                                                         f"({len(benchmark.items)} items)", file=sys.stderr))
     print(markdown_report(result))
@@ -48,14 +59,3 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
     return 0
 
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m capeval.benchmarks.command`` (the same as ``capeval benchmark``)."""
-    parser = argparse.ArgumentParser(prog="capeval")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

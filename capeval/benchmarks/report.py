@@ -37,6 +37,8 @@ STATISTIC_LABELS: Dict[str, str] = {
     "accuracy": "Accuracy",
 }
 
+_ITEM_UNITS = {"pairwise": "caption pairs", "foil": "captions"}
+
 RESULTS_JSON = "results.json"
 RESULTS_MARKDOWN = "results.md"
 
@@ -107,6 +109,14 @@ def result_to_dict(result: BenchmarkResult) -> Dict[str, Any]:
             "n_images": result.n_images,
             "image_dir": result.image_dir,
         },
+        "bootstrap": {
+            "unit": "image",
+            "n_resamples": result.n_resamples,
+            "seed": result.seed,
+            "confidence": result.confidence,
+            "interval": "percentile",
+        },
+        "ties": result.ties,
         "method": {
             "scale": "statistics are fractions (correlations in [-1, 1], accuracies in [0, 1]); results.md shows x 100",
             "correlations": "scipy.stats.kendalltau (variants b and c), spearmanr, pearsonr of (metric, human)",
@@ -151,25 +161,28 @@ def _markdown_row(cells: Sequence[str]) -> str:
 
 
 def markdown_report(result: BenchmarkResult) -> str:
-    """Markdown: a results table (values x 100 with 95% intervals), paired comparisons, the protocol."""
+    """Markdown: a results table (values x 100 with their intervals, the best of each column in bold), paired
+    comparisons with the first metric, signatures, the protocol."""
     benchmark = result.benchmark
     columns = report_statistics(result)
     confidence = f"{result.confidence:.0%}"
     lines = [
         f"## {benchmark.name}",
         "",
-        f"{result.n_items:,} items, {result.n_images:,} images. Values x 100; [{confidence} bootstrap interval over "
+        f"{result.n_items:,} {_ITEM_UNITS.get(benchmark.task, 'items')}, {result.n_images:,} images. Values x 100; [{confidence} bootstrap interval over "
         f"images, {result.n_resamples:,} resamples, seed {result.seed}].",
         "",
         _markdown_row(["Metric"] + [statistic_label(name, benchmark.task) for name in columns]),
         _markdown_row(["---"] + ["---:"] * len(columns)),
     ]
+    best = {stat: _percent(max(metric.statistics[stat].value for metric in result.metrics.values())) for stat in columns}
     for name, metric in result.metrics.items():
-        cells = [
-            f"{_percent(metric.statistics[stat].value)} [{_percent(metric.statistics[stat].ci_low)}, "
-            f"{_percent(metric.statistics[stat].ci_high)}]"
-            for stat in columns
-        ]
+        cells = []
+        for stat in columns:
+            value = _percent(metric.statistics[stat].value)
+            shown = f"**{value}**" if value == best[stat] and len(result.metrics) > 1 else value
+            estimate = metric.statistics[stat]
+            cells.append(f"{shown} [{_percent(estimate.ci_low)}, {_percent(estimate.ci_high)}]")
         lines.append(_markdown_row([metric_label(name)] + cells))
     primary = benchmark.primary_statistic
     comparisons = [comparison for comparison in result.comparisons if comparison.statistic == primary]
@@ -246,15 +259,22 @@ def plot_statistics(result: BenchmarkResult, path: Union[str, "os.PathLike[str]"
             axis.annotate(f"{value:.1f}", (high, row), xytext=(5, 0), textcoords="offset points", va="center", fontsize=9)
         span = max(highs.max() - lows.min(), 1.0)
         axis.set_xlim(lows.min() - 0.08 * span, highs.max() + 0.25 * span)
-        if axis.get_xlim()[0] < 0.0 < axis.get_xlim()[1]:
-            axis.axvline(0.0, color="black", linewidth=0.8)
-        axis.set_xlabel(f"{statistic_label(stat, task)} x 100")
+        chance, chance_style = (50.0, "--") if stat.startswith("accuracy") else (0.0, "-")
+        if axis.get_xlim()[0] < chance < axis.get_xlim()[1]:
+            axis.axvline(chance, color="dimgray", linestyle=chance_style, linewidth=0.8)
+        title = "Mean accuracy over categories" if task == "pairwise" else statistic_label(stat, task)
+        axis.set_xlabel(f"{title} x 100")
         axis.grid(axis="x", alpha=0.3)
-        axis.set_title(f"{statistic_label(stat, task)} ({result.confidence:.0%} CI)", fontsize=11)
+        axis.set_title(f"{title} ({result.confidence:.0%} CI)", fontsize=11)
     axes[0][0].set_ylim(-0.6, len(ordered) - 0.4)
     axes[0][0].set_yticks(rows)
     axes[0][0].set_yticklabels([metric_label(name) for name in ordered])
-    figure.suptitle(f"{result.benchmark.name}: agreement with human judgments", fontsize=12)
+    subject = {
+        "correlation": "correlation with human judgments",
+        "pairwise": "agreement with human preferences",
+        "foil": "correct caption scored above its foil",
+    }[task]
+    figure.suptitle(f"{result.benchmark.name}: {subject}", fontsize=12)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
@@ -265,37 +285,52 @@ def _grid(count: int) -> tuple[int, int]:
     return math.ceil(count / columns), columns
 
 
+def _rating_groups(human: np.ndarray, max_levels: int = 10, bins: int = 5) -> tuple[List[np.ndarray], List[str], bool]:
+    """Item masks and tick labels per human rating level, and whether the levels were binned: more than
+    ``max_levels`` levels are binned into ``bins`` equal-width intervals (empty ones left out)."""
+    levels = np.unique(human)
+    if levels.size <= max_levels:
+        masks = [human == level for level in levels]
+        names = [f"{level:g}" for level in levels]
+    else:
+        edges = np.linspace(levels[0], levels[-1], bins + 1)
+        bin_of = np.clip(np.searchsorted(edges, human, side="right") - 1, 0, bins - 1)
+        masks = [bin_of == index for index in range(bins)]
+        names = [f"{edges[index]:.2g}-{edges[index + 1]:.2g}" for index in range(bins)]
+    kept = [(mask, name) for mask, name in zip(masks, names) if mask.any()]
+    labels = [f"{name}\nn={int(mask.sum()):,}" for mask, name in kept]
+    return [mask for mask, _ in kept], labels, levels.size > max_levels
+
+
 def plot_scores_vs_human(result: BenchmarkResult, path: Union[str, "os.PathLike[str]"]) -> None:
-    """Per metric: metric score per human rating level (box plots; a hexbin for continuous ratings)."""
+    """Per metric: box plots of the metric score per human rating level (binned when ratings are near-continuous)."""
     pyplot = _pyplot()
     human = np.asarray([item.human for item in result.benchmark.items], dtype=np.float64)
-    levels, counts = np.unique(human, return_counts=True)
-    discrete = levels.size <= 10
+    masks, tick_labels, binned = _rating_groups(human)
     primary = result.benchmark.primary_statistic
+    positions = np.arange(1, len(masks) + 1)
     grid_rows, grid_columns = _grid(len(result.metrics))
     figure, axes = pyplot.subplots(
-        grid_rows, grid_columns, figsize=(3.6 * grid_columns, 3.1 * grid_rows), squeeze=False
+        grid_rows, grid_columns, figsize=((1.2 + 0.7 * len(masks)) * grid_columns, 3.2 * grid_rows), squeeze=False
     )
     for axis, (name, metric) in zip(axes.ravel(), result.metrics.items()):
-        if discrete:
-            groups = [metric.scores[human == level] for level in levels]
-            axis.boxplot(groups, showfliers=False, widths=0.6, medianprops={"color": "tab:orange", "linewidth": 2})
-            axis.plot(np.arange(1, levels.size + 1), [group.mean() for group in groups], "D", color="tab:blue",
-                      markersize=4)
-            axis.set_xticks(np.arange(1, levels.size + 1))
-            axis.set_xticklabels([f"{level:g}\nn={count:,}" for level, count in zip(levels, counts)], fontsize=8)
-        else:
-            axis.hexbin(human, metric.scores, gridsize=30, bins="log", cmap="Blues", mincnt=1)
-        axis.set_xlabel("human rating", fontsize=9)
+        groups = [metric.scores[mask] for mask in masks]
+        axis.boxplot(groups, showfliers=False, widths=0.6, medianprops={"color": "tab:orange", "linewidth": 2})
+        axis.plot(positions, [group.mean() for group in groups], "D", color="tab:blue", markersize=4)
+        axis.set_xticks(positions)
+        axis.set_xticklabels(tick_labels, fontsize=8)
+        axis.set_xlabel("human rating" + (" (binned)" if binned else ""), fontsize=9)
         axis.set_ylabel("metric score", fontsize=9)
         axis.tick_params(axis="y", labelsize=8)
         value = metric.statistics[primary].value
         axis.set_title(f"{metric_label(name)}\n{statistic_label(primary)} = {100.0 * value:.1f}", fontsize=10)
     for axis in axes.ravel()[len(result.metrics) :]:
         axis.set_visible(False)
-    what = "boxes: quartiles, whiskers: 1.5 IQR, diamonds: means" if discrete else "log-scaled point density"
     figure.suptitle(f"{result.benchmark.name}: metric score by human rating", fontsize=12)
-    figure.text(0.5, 0.01, what, ha="center", va="bottom", fontsize=8, color="dimgray")
+    figure.text(
+        0.5, 0.01, "boxes: quartiles; whiskers: 1.5 IQR; diamonds: means", ha="center", va="bottom", fontsize=8,
+        color="dimgray",
+    )
     figure.tight_layout(rect=(0, 0.04, 1, 1))
     figure.savefig(path, dpi=120)
     pyplot.close(figure)

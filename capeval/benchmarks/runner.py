@@ -18,19 +18,22 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from capeval.benchmarks import statistics
+from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
+from capeval.inputs import InputError
+from capeval.scorers import SCORERS
 
 MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
 """``f(images, candidates, references) -> one score per candidate``."""
 
-BASELINE_METRICS: tuple[str, ...] = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider", "spice")
+BASELINE_METRICS: tuple[str, ...] = tuple(BASELINES)
 EMBEDDING_METRICS: Mapping[str, tuple[str, bool]] = {
-    "clip_s": ("clip", False),
-    "ref_clip_s": ("clip", True),
-    "pac_s": ("pac", False),
-    "ref_pac_s": ("pac", True),
+    "clip_s": ("clipscore", False),
+    "ref_clip_s": ("clipscore", True),
+    "pac_s": ("pacscore", False),
+    "ref_pac_s": ("pacscore", True),
 }
-"""Built-in embedding metric name -> (scorer family, uses references)."""
+"""Built-in embedding metric name -> (``capeval.scorers.SCORERS`` family, uses references)."""
 BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(EMBEDDING_METRICS)
 
 
@@ -70,24 +73,19 @@ def builtin_metrics(
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
-        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
     duplicated = sorted({name for name in names if list(names).count(name) > 1})
     if duplicated:
-        raise ValueError(f"metric(s) listed twice: {', '.join(duplicated)}")
+        raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
     scorers: Dict[str, object] = {}
     metrics: Dict[str, MetricFn] = {}
     for name in names:
         if name in BASELINE_METRICS:
-            from capeval.benchmarks import baselines
-
-            metrics[name] = baselines.BASELINES[name]
+            metrics[name] = BASELINES[name]
             continue
         family, uses_references = EMBEDDING_METRICS[name]
         if family not in scorers:
-            import capeval
-
-            scorer_class = capeval.CLIPScore if family == "clip" else capeval.PACScore
-            scorers[family] = scorer_class(model=model, device=device, batch_size=batch_size)
+            scorers[family] = SCORERS[family](model=model, device=device, batch_size=batch_size)
         metrics[name] = ScorerMetric(scorers[family], uses_references)
     return metrics
 
@@ -196,9 +194,9 @@ def run_benchmark(
     """Score ``benchmark`` with every metric and compute its statistics, bootstrap intervals and paired comparisons.
 
     ``image_dir`` defaults to ``benchmark.image_dir``; images are checked before any metric runs when a metric
-    needs them. ``n_resamples`` image-level bootstrap
-    resamples (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the
-    first one on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
+    needs them (FileNotFoundError naming the missing files). ``n_resamples`` image-level bootstrap resamples
+    (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the first one
+    on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
     ``on_metric(name)`` is called before each metric runs.
     """
     if not metrics:
@@ -211,9 +209,9 @@ def run_benchmark(
     image_root = Path(folder) if folder else None
     if needing_images:
         if image_root is None:
-            raise ValueError(
+            raise FileNotFoundError(
                 f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
-                "pass the images folder"
+                "pass image_dir (capeval benchmark --images)"
             )
         check_images(benchmark, image_root)
 

@@ -7,6 +7,10 @@ Confidence intervals resample IMAGES with replacement: every item of a drawn ima
 ratings of one image (several candidates, several raters) are not independent. An interval is the percentile
 interval of the statistic over the resamples. Two metrics are compared on the SAME resamples (paired bootstrap),
 see :func:`paired_comparison`.
+
+Cost: the four correlations of one resample of Flickr8k-Expert (16,992 items) take about 7 ms on one core (scipy's
+O(n log n) Kendall and two rankings dominate), so 1,000 resamples take about 7 s per metric; accuracies are
+computed for all resamples at once from per-image totals.
 """
 from __future__ import annotations
 
