@@ -33,7 +33,7 @@ class EmbeddingEngine:
         backbone: Backbone,
         *,
         image_batch_size: int = 64,
-        text_batch_size: int = 256,
+        text_batch_size: int = 64,
         num_workers: Optional[int] = None,
         cache_dir: Union[str, "os.PathLike[str]", None] = None,
         memory_cache_bytes: int = 256 << 20,

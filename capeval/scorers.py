@@ -75,7 +75,7 @@ class EmbeddingScorer:
         precision: str = "auto",
         cache_dir: Optional[PathLike] = None,
         *,
-        text_batch_size: int = 256,
+        text_batch_size: int = 64,
         num_workers: Optional[int] = None,
         chunk_size: int = 4096,
         progress: bool = False,
