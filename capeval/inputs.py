@@ -159,7 +159,7 @@ def iter_scoring_items(
     images: Iterable[ImageInput],
     candidates: Iterable[str],
     references: Optional[Iterable[Sequence[str]]] = None,
-    chunk_size: int = 4096,
+    chunk_size: int = 1024,
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
 

@@ -77,7 +77,7 @@ class EmbeddingScorer:
         *,
         text_batch_size: int = 64,
         num_workers: Optional[int] = None,
-        chunk_size: int = 4096,
+        chunk_size: int = 1024,
         progress: bool = False,
     ) -> None:
         if chunk_size < 1:
@@ -125,6 +125,7 @@ class EmbeddingScorer:
             truncated += chunk_truncated
             if per_item_ref is not None:
                 reference_scores.append(per_item_ref)
+            del chunk  # release this chunk's images before the next one is read
         if truncated:
             context = self.backbone.text_transform.context_length
             warnings.warn(f"{truncated} texts exceed CLIP's {context}-token context and were truncated, keeping the "
