@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from capeval import ModelNotAvailableError, PACScore
 from capeval.backbones import DEFAULT_REVISIONS, load_backbone
 
-EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "pacscore"
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "pacscore"
 
 
 def test_a_backbone_is_loaded_once_per_model_device_and_precision(tiny_openai_clip) -> None:
