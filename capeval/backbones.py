@@ -20,6 +20,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer, CLIPModel
 
 from capeval.preprocessing import ImageTransform, TextTransform
+from capeval.towers import pooled_image_states, pooled_text_states
 
 ModelRef = Union[str, "os.PathLike[str]"]
 
@@ -79,13 +80,12 @@ class Backbone:
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         """Projected image features (not normalised) of a uint8 batch ``(N, 3, H, W)``."""
         values = self.image_transform.normalize(pixels.to(self.device, non_blocking=True)).to(self.dtype)
-        pooled = self.model.vision_model(pixel_values=values).pooler_output
-        return self.model.visual_projection(pooled)
+        return self.model.visual_projection(pooled_image_states(self.model.vision_model, values))
 
     @torch.inference_mode()
     def encode_texts(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Projected text features (not normalised), pooled at the first end token, of a zero-padded id batch."""
-        pooled = self.model.text_model(input_ids=token_ids.to(self.device)).pooler_output
+        pooled = pooled_text_states(self.model.text_model, token_ids.to(self.device), self.text_transform.end_token_id)
         return self.model.text_projection(pooled)
 
 
