@@ -26,11 +26,12 @@ a custom eval sampler) fail that check.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import datasets
 import numpy as np
 import torch
+from transformers import Seq2SeqTrainer, Trainer
 
 from capeval.inputs import InputError, validate_references
 from capeval.scorers import SCORERS
@@ -225,6 +226,50 @@ class CaptionMetrics:
         return metrics
 
 
+class ImageCaptioningTrainer(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` whose ``generate()`` sees only the image inputs of each evaluation batch.
+
+    Captioners trained on (image, caption) batches, such as BLIP and GIT, take the caption as ``input_ids`` for the
+    loss. ``Seq2SeqTrainer`` passes the whole batch to ``generate()``, which these models read as a prompt: they
+    continue the reference caption and the metrics score text copied from the labels. This trainer computes the
+    evaluation loss on the whole batch and generates from the ``generation_input_names`` columns alone
+    (``pixel_values`` by default), as at inference. VisionEncoderDecoder models give the same predictions with
+    either trainer.
+    """
+
+    def __init__(self, *args: Any, generation_input_names: Sequence[str] = ("pixel_values",), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(generation_input_names, str) or not generation_input_names:
+            raise InputError(f"generation_input_names must be a non-empty sequence of names, got {generation_input_names!r}")
+        self.generation_input_names: Tuple[str, ...] = tuple(generation_input_names)
+
+    def prediction_step(
+        self,
+        model: torch.nn.Module,
+        inputs: Dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: Optional[List[str]] = None,
+        **gen_kwargs: Any,
+    ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Loss on the whole batch; generated ids from the image inputs alone; the batch's labels."""
+        if not self.args.predict_with_generate or prediction_loss_only:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        missing = [name for name in self.generation_input_names if name not in inputs]
+        if missing:
+            raise InputError(
+                f"the evaluation batch has no {missing} (generation_input_names); its keys are {sorted(inputs)}"
+            )
+        loss = None
+        if "labels" in inputs:
+            loss = Trainer.prediction_step(self, model, inputs, prediction_loss_only=True, ignore_keys=ignore_keys)[0]
+        generation_inputs = {name: inputs[name] for name in self.generation_input_names}
+        _, generated, _ = super().prediction_step(
+            model, generation_inputs, prediction_loss_only=False, ignore_keys=ignore_keys, **gen_kwargs
+        )
+        labels = self._prepare_inputs(inputs).get("labels")
+        return loss, generated, None if labels is None else labels.detach()
+
+
 def _several_processes() -> bool:
     """Whether ``torch.distributed`` runs more than one process (whose Trainer gathers padded last steps)."""
     return (torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -292,9 +337,8 @@ def build_compute_metrics(
     One ``compute_metrics`` serves one evaluation dataset: a Trainer evaluating a dict of datasets with it is not
     supported (the row checks reject the other datasets).
 
-    BLIP and GIT: ``Seq2SeqTrainer`` passes the whole evaluation batch to ``generate()``, so a batch carrying the
-    caption as ``input_ids`` makes the model continue that caption; such models need a ``prediction_step`` that
-    generates from ``pixel_values`` alone.
+    BLIP and GIT: train and evaluate them with :class:`ImageCaptioningTrainer` (``Seq2SeqTrainer`` would let them
+    continue the reference caption given as ``input_ids``).
 
     Args:
         processor: the tokenizer or processor that decodes the model's token ids (anything with ``batch_decode``).
