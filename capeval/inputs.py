@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -44,32 +45,33 @@ class ImageItem:
         """The image exactly as ``PIL.Image.open`` gives it (no EXIF rotation, no colour conversion)."""
         if isinstance(self.data, Image.Image):
             return self.data
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                image = Image.open(io.BytesIO(self.data))
-                image.load()
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-            raise InputError(f"images[{self.index}] ({self.label}) is too large to decode safely: {error}") from None
-        except Exception as error:  # PIL raises many types for corrupt data
-            raise InputError(f"images[{self.index}] ({self.label}) could not be decoded: {error}") from None
+        with _pil_errors(self.index, self.label, "could not be decoded"):
+            image = Image.open(io.BytesIO(self.data))
+            image.load()
         return image
+
+
+@contextmanager
+def _pil_errors(index: int, label: str, failure: str) -> Iterator[None]:
+    """Raise PIL's failures inside the block as an :class:`InputError` naming the image: decompression bombs
+    (PIL's warning-sized images included) as too large, anything else as ``failure``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
+        raise InputError(
+            f"images[{index}] ({label}) is too large to decode safely: {error} "
+            "(raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
+        ) from None
+    except Exception as error:  # PIL raises many types for corrupt data
+        raise InputError(f"images[{index}] ({label}) {failure}: {error}") from None
 
 
 def _check_header(data: bytes, index: int, label: str) -> None:
     """Parse the image header so that unreadable or oversized files fail before any model work."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                image.size  # noqa: B018 - the header parse is the check
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise InputError(
-            f"images[{index}] ({label}) is too large: {error} "
-            "(raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
-        ) from None
-    except Exception as error:
-        raise InputError(f"images[{index}] ({label}) is not a readable image: {error}") from None
+    with _pil_errors(index, label, "is not a readable image"), Image.open(io.BytesIO(data)) as image:
+        image.size  # noqa: B018 - the header parse is the check
 
 
 def validate_image(image: ImageInput, index: int) -> ImageItem:
