@@ -504,7 +504,7 @@ def report(results: Dict[str, PeerResult], arguments: argparse.Namespace, matmul
     print("-" * len(header))
     for peer, result in results.items():
         reference = baseline.get(result.workload)
-        compared = reference is not None and peer != reference
+        compared = reference is not None and not peer.startswith("capeval")  # peers, not capeval's variants
         ratio = _ratio(results, reference, peer) if compared else None
         cpu_ratio = _ratio(results, reference, peer, cpu=True) if compared else None
         print(f"{result.workload:11s} {DESCRIPTIONS[peer]:42s} {result.pairs:6d} {result.seconds:7.1f} "
