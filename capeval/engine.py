@@ -23,6 +23,7 @@ from capeval.backbones import Backbone, process_state
 from capeval.cache import DiskCache, MemoryCache
 from capeval.inputs import ImageItem
 from capeval.preprocessing import PREPROCESSING_VERSION, pad_token_ids
+from capeval.towers import FORWARD_VERSION
 
 
 class EmbeddingEngine:
@@ -56,11 +57,12 @@ class EmbeddingEngine:
         """How many rows of each kind this engine has run through the model (for tests and reports)."""
 
     def cache_namespace(self, kind: str) -> str:
-        """On-disk namespace: model fingerprint, precision, preprocessing version and settings, and kind."""
+        """On-disk namespace: model fingerprint, precision, preprocessing and forward versions, settings, and kind."""
         backbone = self.backbone
         settings = repr(backbone.image_transform) if kind == "image" else f"context={backbone.text_transform.context_length}"
         digest = hashlib.blake2b(
-            f"{backbone.fingerprint}|{backbone.dtype}|{PREPROCESSING_VERSION}|{settings}".encode(), digest_size=12
+            f"{backbone.fingerprint}|{backbone.dtype}|{PREPROCESSING_VERSION}|{FORWARD_VERSION}|{settings}".encode(),
+            digest_size=12,
         ).hexdigest()
         return f"{kind}-{digest}"
 

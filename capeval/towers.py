@@ -23,6 +23,9 @@ import torch.nn.functional as F
 from transformers.activations import QuickGELUActivation
 from transformers.models.clip.modeling_clip import CLIPEncoderLayer
 
+FORWARD_VERSION = "1"
+"""Changes whenever these forwards could return different floats; on-disk feature caches are keyed by it."""
+
 
 @dataclass
 class _Workspace:

@@ -75,10 +75,12 @@ def test_disk_cache_never_serves_another_model(tiny_openai_clip, tmp_path) -> No
     assert other.engine.encoded == {"image": 10, "text": 7}
 
 
-def test_disk_cache_never_serves_another_preprocessing_version(tiny_openai_clip, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("version", ["PREPROCESSING_VERSION", "FORWARD_VERSION"])
+def test_disk_cache_never_serves_another_preprocessing_or_forward_version(tiny_openai_clip, tmp_path, monkeypatch,
+                                                                          version: str) -> None:
     images, candidates, _ = _workload()
     CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
-    monkeypatch.setattr("capeval.engine.PREPROCESSING_VERSION", "changed")
+    monkeypatch.setattr(f"capeval.engine.{version}", "changed")
     again = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
     again.score(images, candidates)
     assert again.engine.encoded == {"image": 10, "text": 7}
