@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -93,13 +94,13 @@ class TextTransform:
         return [tokens if len(tokens) <= limit else tokens[: limit - 1] + [self.end_token_id] for tokens in encoded]
 
     def count_truncated(self, prepared: Sequence[str]) -> int:
-        """How many prepared texts exceed the context; only texts with more UTF-8 bytes than the context can hold BPE
-        tokens (each token spans at least one byte) are tokenised."""
-        long_texts = [text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2]
+        """How many prepared texts (repeats included) exceed the context. Each distinct text is tokenised once, and
+        only if it has more UTF-8 bytes than the context can hold BPE tokens (each token spans at least one byte)."""
+        long_texts = Counter(text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2)
         if not long_texts:
             return 0
-        encoded = self.tokenizer(long_texts, add_special_tokens=True, truncation=False)["input_ids"]
-        return sum(len(tokens) > self.context_length for tokens in encoded)
+        encoded = self.tokenizer(list(long_texts), add_special_tokens=True, truncation=False)["input_ids"]
+        return sum(count for count, tokens in zip(long_texts.values(), encoded) if len(tokens) > self.context_length)
 
 
 def pad_token_ids(ids: Sequence[Sequence[int]]) -> torch.Tensor:
