@@ -6,7 +6,7 @@ is computed, none in what is returned:
 
 * the last encoder layer computes keys and values for every position but queries, attention output, MLP and the
   final layer norm only for the pooled row (the image's class token; the text's first end token), since no other row
-  of that layer reaches the features (for ViT-B/32 images this skips 6.8% of the model's multiply-adds);
+  of that layer reaches the features (for ViT-B/32 images this skips 6.6% of the model's multiply-adds);
 * intermediate results are written into buffers allocated once per batch and reused by every layer, and the
   activation runs in place, instead of allocating fresh tensors per operation;
 * query, key and value projections write into one buffer.
