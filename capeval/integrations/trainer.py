@@ -238,9 +238,11 @@ class ImageCaptioningTrainer(Seq2SeqTrainer):
     """
 
     def __init__(self, *args: Any, generation_input_names: Sequence[str] = ("pixel_values",), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         if isinstance(generation_input_names, str) or not generation_input_names:
-            raise InputError(f"generation_input_names must be a non-empty sequence of names, got {generation_input_names!r}")
+            raise InputError(
+                f"generation_input_names must be a non-empty sequence of names, got {generation_input_names!r}"
+            )
+        super().__init__(*args, **kwargs)
         self.generation_input_names: Tuple[str, ...] = tuple(generation_input_names)
 
     def prediction_step(
