@@ -61,43 +61,33 @@ def _mlp_(hidden: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Workspace) 
     return _linear(fc1, layer.mlp.fc2, workspace.projected[:rows])
 
 
-def _encoder_layer_(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Workspace, causal: bool) -> None:
-    """One full encoder layer, updating ``states`` ``(batch, length, width)`` in place."""
+def _encoder_layer(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Workspace, causal: bool,
+                   rows: Optional[torch.Tensor] = None, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """One encoder layer over ``states`` ``(batch, length, width)``.
+
+    Without ``rows``: every position, updating ``states`` in place and returning them flattened. With ``rows``: only
+    position ``rows[b]`` of each sequence ``b`` (keys and values still from every position; ``key_mask``
+    ``(batch, 1, 1, length)`` says which may be attended), returned as ``(batch, width)``.
+    """
     batch, length, width = states.shape
     attention = layer.self_attn
-    heads = attention.num_heads
     flat = states.view(batch * length, width)
-    normed = F.layer_norm(flat, (width,), layer.layer_norm1.weight, layer.layer_norm1.bias, layer.layer_norm1.eps)
-    for index, projection in enumerate((attention.q_proj, attention.k_proj, attention.v_proj)):
-        _linear(normed, projection, workspace.qkv[index])
-    query, key, value = (part.view(batch, length, heads, -1).transpose(1, 2) for part in workspace.qkv)
-    attended = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=attention.scale)
-    attended = attended.transpose(1, 2).reshape(batch * length, width)
-    flat.add_(_linear(attended, attention.out_proj, workspace.projected))
-    normed = F.layer_norm(flat, (width,), layer.layer_norm2.weight, layer.layer_norm2.bias, layer.layer_norm2.eps)
-    flat.add_(_mlp_(normed, layer, workspace))
-
-
-def _pooled_layer(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Workspace, rows: torch.Tensor,
-                  key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """The output of ``layer`` at position ``rows[b]`` of each sequence ``b``: keys and values from every position
-    (``key_mask`` ``(batch, 1, 1, length)`` says which may be attended), everything else for that row only."""
-    batch, length, width = states.shape
-    attention = layer.self_attn
-    heads = attention.num_heads
-    flat = states.view(batch * length, width)
-    normed = F.layer_norm(flat, (width,), layer.layer_norm1.weight, layer.layer_norm1.bias, layer.layer_norm1.eps)
+    normed = layer.layer_norm1(flat)
     for index, projection in ((1, attention.k_proj), (2, attention.v_proj)):
         _linear(normed, projection, workspace.qkv[index])
-    key, value = (part.view(batch, length, heads, -1).transpose(1, 2) for part in workspace.qkv[1:])
-    pooled_positions = torch.arange(batch, device=states.device) * length + rows
-    query = _linear(normed[pooled_positions], attention.q_proj, workspace.qkv[0][:batch])
-    query = query.view(batch, 1, heads, -1).transpose(1, 2)
-    attended = F.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, scale=attention.scale)
-    pooled = flat[pooled_positions]
-    pooled.add_(_linear(attended.reshape(batch, width), attention.out_proj, workspace.projected[:batch]))
-    normed = F.layer_norm(pooled, (width,), layer.layer_norm2.weight, layer.layer_norm2.bias, layer.layer_norm2.eps)
-    return pooled.add_(_mlp_(normed, layer, workspace))
+    if rows is None:
+        residual, query_input = flat, normed
+    else:
+        positions = torch.arange(batch, device=states.device) * length + rows
+        residual, query_input = flat[positions], normed[positions]
+    query = _linear(query_input, attention.q_proj, workspace.qkv[0][: len(query_input)])
+    query, key, value = (part.view(batch, -1, attention.num_heads, attention.head_dim).transpose(1, 2)
+                         for part in (query, workspace.qkv[1], workspace.qkv[2]))
+    attended = F.scaled_dot_product_attention(query, key, value, attn_mask=key_mask, is_causal=causal and rows is None,
+                                              scale=attention.scale)
+    attended = attended.transpose(1, 2).reshape(len(residual), width)
+    residual.add_(_linear(attended, attention.out_proj, workspace.projected[: len(residual)]))
+    return residual.add_(_mlp_(layer.layer_norm2(residual), layer, workspace))
 
 
 def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
@@ -106,8 +96,8 @@ def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tenso
     batch, length, _ = states.shape
     workspace = _Workspace.for_layer(layers[0], batch * length, states)
     for layer in layers[:-1]:
-        _encoder_layer_(states, layer, workspace, causal)
-    return _pooled_layer(states, layers[-1], workspace, rows, key_mask)
+        _encoder_layer(states, layer, workspace, causal)
+    return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
 
 
 def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
@@ -121,9 +111,10 @@ def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tenso
 def pooled_text_states(text_model: torch.nn.Module, input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
     """``text_model(input_ids).pooler_output`` for id rows that each hold ``end_token_id``: the final-layer-normed
     state at the first end token, under the causal mask (positions after it cannot change it)."""
-    if not bool((input_ids == end_token_id).any(dim=1).all()):
+    is_end = input_ids == end_token_id
+    if not bool(is_end.any(dim=1).all()):
         raise ValueError(f"every token row must contain the end token {end_token_id}")
-    rows = (input_ids == end_token_id).int().argmax(dim=1)
+    rows = is_end.int().argmax(dim=1)
     states = text_model.embeddings(input_ids=input_ids).contiguous()
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)
     key_mask = (positions[None, :] <= rows[:, None])[:, None, None, :]
