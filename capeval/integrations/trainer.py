@@ -261,14 +261,15 @@ class ImageCaptioningTrainer(Seq2SeqTrainer):
             raise InputError(
                 f"the evaluation batch has no {missing} (generation_input_names); its keys are {sorted(inputs)}"
             )
+        inputs = self._prepare_inputs(inputs)
+        labels = inputs.get("labels")
         loss = None
-        if "labels" in inputs:
+        if labels is not None:
             loss = Trainer.prediction_step(self, model, inputs, prediction_loss_only=True, ignore_keys=ignore_keys)[0]
         generation_inputs = {name: inputs[name] for name in self.generation_input_names}
         _, generated, _ = super().prediction_step(
             model, generation_inputs, prediction_loss_only=False, ignore_keys=ignore_keys, **gen_kwargs
         )
-        labels = self._prepare_inputs(inputs).get("labels")
         return loss, generated, None if labels is None else labels.detach()
 
 
