@@ -458,8 +458,11 @@ def vit_image_macs(model_dir: Path, pooled_last_layer: bool = False) -> int:
     patch_embedding = patches * vision.get("num_channels", 3) * vision["patch_size"] ** 2 * width
 
     def layer(queries: int) -> int:
-        return (tokens * width * 2 * width + queries * width * width + 2 * queries * tokens * width
-                + queries * width * width + 2 * queries * width * hidden)
+        keys_and_values = 2 * tokens * width * width
+        query_and_output_projections = 2 * queries * width * width
+        scores_and_weighted_sum = 2 * queries * tokens * width
+        mlp = 2 * queries * width * hidden
+        return keys_and_values + query_and_output_projections + scores_and_weighted_sum + mlp
 
     layers = vision["num_hidden_layers"]
     encoder = (layers - 1) * layer(tokens) + layer(1 if pooled_last_layer else tokens)
