@@ -40,7 +40,7 @@ from PIL import Image
 from _models import REPO_ROOT, random_vit_b32_folder
 from capeval import CLIPScore
 from capeval.benchmarks import load_benchmark
-from capeval.functional import clip_s
+from capeval.functional.clipscore import clip_s
 from capeval.inputs import validate_image
 from capeval.scorers import CLIP_S
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Type
 import numpy as np
 import torch
 
-from capeval import functional
+from capeval.functional import clipscore as functional
 from capeval.backbones import load_backbone, process_state
 from capeval.engine import EmbeddingEngine
 from capeval.inputs import ImageInput, ScoringItems, iter_scoring_items
