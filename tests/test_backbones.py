@@ -9,7 +9,8 @@ import huggingface_hub.constants
 import pytest
 
 from capeval import ModelNotAvailableError, PACScore
-from capeval.backbones import DEFAULT_REVISIONS, load_backbone
+from capeval.hub import DEFAULT_REVISIONS
+from capeval.models.clip.loading import load_backbone
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "pacscore"
 

@@ -80,7 +80,7 @@ def test_disk_cache_never_serves_another_preprocessing_or_forward_version(tiny_o
                                                                           version: str) -> None:
     images, candidates, _ = _workload()
     CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
-    monkeypatch.setattr(f"capeval.engine.{version}", "changed")
+    monkeypatch.setattr(f"capeval.models.clip.encoders.{version}", "changed")
     again = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
     again.score(images, candidates)
     assert again.engine.encoded == {"image": 10, "text": 7}

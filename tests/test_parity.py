@@ -19,7 +19,7 @@ from torchvision.transforms import Compose
 
 from capeval import CLIPScore, PACScore
 from capeval.inputs import validate_image
-from capeval.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform, TextTransform, clean_text
+from capeval.models.clip.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform, TextTransform, clean_text
 from reference import PROMPT, reference_transform
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

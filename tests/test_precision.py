@@ -11,7 +11,7 @@ from PIL import Image
 
 from capeval import CLIPScore
 from capeval.inputs import validate_image
-from capeval.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+from capeval.models.clip.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from reference import PROMPT, reference_transform
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
@@ -66,7 +66,8 @@ def test_fp16_features_match_openai_clip_in_half_precision(tiny_openai_clip) -> 
 
 
 def test_auto_precision_is_the_reference_codes_own_on_each_device(tiny_openai_clip) -> None:
-    from capeval.scorers import CLIP_S, PAC_S, resolve_precision
+    from capeval.runtime import resolve_precision
+    from capeval.scorers.clipscore import CLIP_S, PAC_S
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_precision("auto", CLIP_S, cpu) == resolve_precision("auto", PAC_S, cpu) == "fp32"
