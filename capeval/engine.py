@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Dict, Generic, Iterator, List, Mapping, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import torch

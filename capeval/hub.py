@@ -30,7 +30,9 @@ def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
     return revision
 
 
-def resolve_model_folder(model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str) -> Path:
+def resolve_model_folder(
+    model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str
+) -> Path:
     """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` holding the files matching
     ``allow_patterns`` (the local cache when offline); ``converter`` names the script that writes such folders."""
     folder = Path(model).expanduser()
