@@ -50,24 +50,16 @@ class MetricFamily:
 FAMILIES: Dict[str, MetricFamily] = {
     family.name: family
     for family in (
-        MetricFamily(
-            name="clipscore",
-            scorer_path="capeval.scorers.clipscore:CLIPScore",
-            description="CLIP-S / RefCLIP-S (Hessel et al., 2021) on OpenAI CLIP ViT-B/32",
-            result_keys={"clip_score": "CLIPScore", "ref_clip_score": "RefCLIPScore"},
-            references="optional",
-            benchmark_metrics={"clip_s": BenchmarkMetric("clip_scores", False, "CLIP-S"),
-                               "ref_clip_s": BenchmarkMetric("ref_clip_scores", True, "RefCLIP-S")},
-        ),
-        MetricFamily(
-            name="pacscore",
-            scorer_path="capeval.scorers.clipscore:PACScore",
-            description="PAC-S / RefPAC-S (Sarto et al., 2023) on the PAC-S fine-tuned CLIP backbones",
-            result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
-            references="optional",
-            benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
-                               "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")},
-        ),
+        MetricFamily("clipscore", "capeval.scorers.clipscore:CLIPScore", references="optional",
+                     description="CLIP-S / RefCLIP-S (Hessel et al., 2021) on OpenAI CLIP ViT-B/32",
+                     result_keys={"clip_score": "CLIPScore", "ref_clip_score": "RefCLIPScore"},
+                     benchmark_metrics={"clip_s": BenchmarkMetric("clip_scores", False, "CLIP-S"),
+                                        "ref_clip_s": BenchmarkMetric("ref_clip_scores", True, "RefCLIP-S")}),
+        MetricFamily("pacscore", "capeval.scorers.clipscore:PACScore", references="optional",
+                     description="PAC-S / RefPAC-S (Sarto et al., 2023) on the PAC-S fine-tuned CLIP backbones",
+                     result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
+                     benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
+                                        "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""
