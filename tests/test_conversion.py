@@ -255,9 +255,10 @@ def test_config_of_full_size_openclip_vit_l_14() -> None:
 
 
 def test_transformers_tokenizer_padding_and_truncation_pool_at_end_token(tiny_openai_clip: TinyClip,
-                                                                          parity_inputs: tuple[list[Path], list[str]]) -> None:
+                                                                          parity_inputs: tuple[list[Path], list[str]]
+                                                                          ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_openai_clip.hf_dir)
-    texts = [openai_clean(text) for text in parity_inputs]
+    texts = [openai_clean(text) for text in parity_inputs[1]]
     batch = tokenizer(texts, padding="max_length", truncation=True, max_length=77, return_tensors="pt")
     reference_tokens = clip.tokenize(texts, truncate=True)
     assert torch.equal(batch["input_ids"][:, :2], reference_tokens[:, :2])
