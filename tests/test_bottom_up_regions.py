@@ -165,3 +165,39 @@ def test_file_is_resumable_and_cache_skips_the_detector(detector: BottomUpDetect
     assert fresh.detected == 0  # every row came from the disk cache
     np.testing.assert_array_equal(again[0].features, stored["c"].features)
     np.testing.assert_array_equal(again[1].boxes, stored["a"].boxes)
+
+
+def test_regions_command(detector: BottomUpDetector, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from safetensors.torch import save_file
+
+    from capeval.cli import main
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
+    detector.config.save(model_dir / "config.json")
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(3)
+    for name in ("x", "y"):
+        Image.fromarray(rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)).save(images / f"{name}.jpg")
+    out = tmp_path / "features.npz"
+    assert main(["regions", "--images", str(images), "--out", str(out), "--model", str(model_dir),
+                 "--device", "cpu"]) == 0
+    stored = read_region_file(out)
+    assert sorted(stored) == ["x", "y"] and stored["x"].features.shape == (36, detector.config.pooled_feature_dim)
+    assert "CPU" in capsys.readouterr().err
+    (images / "x.png").write_bytes((images / "x.jpg").read_bytes())
+    assert main(["regions", "--images", str(images), "--out", str(out), "--model", str(model_dir)]) == 2
+    assert "share the image id 'x'" in capsys.readouterr().err
+
+
+def test_hub_folder_config_is_the_full_model() -> None:
+    folder = REGIONS_DATA.parents[2] / "hub_models" / "capeval" / "bottom-up-frcnn-r101-vg"
+    config = BottomUpConfig.load(folder / "config.json")
+    assert (config.depth, config.pooled_feature_dim, config.num_classes, config.num_attributes) == (101, 2048, 1600, 400)
+    assert (config.min_size_test, config.max_size_test, config.rpn_post_nms_topk) == (600, 1000, 300)
+    small = BottomUpConfig.from_reference_yaml(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
+    differing = {k for k, v in small.to_dict().items() if config.to_dict()[k] != v}
+    assert differing == {"stem_out_channels", "res2_out_channels", "bottleneck_channels", "rpn_hidden_channels",
+                         "num_classes", "num_attributes"}
