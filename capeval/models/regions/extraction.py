@@ -19,7 +19,7 @@ import warnings
 import zipfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 import torch

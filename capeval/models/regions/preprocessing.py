@@ -15,7 +15,6 @@ from typing import Tuple
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.nn import functional as F
 
 from capeval.inputs import InputError, ImageItem
