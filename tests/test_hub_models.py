@@ -91,8 +91,10 @@ OPENAI_NORMALIZED = (B32, BPP32, LPP14)
 
 
 def model_folders() -> list[str]:
-    """Repo ids of every hub_models/<namespace>/<name> folder."""
-    return sorted(f"{path.parent.name}/{path.name}" for path in HUB_MODELS_DIR.glob("*/*") if path.is_dir())
+    """Repo ids of every CLIP folder hub_models/<namespace>/<name> (those with a preprocessor_config.json; the
+    region detector's folder is checked in tests/test_bottom_up_regions.py)."""
+    return sorted(f"{path.parent.name}/{path.name}" for path in HUB_MODELS_DIR.glob("*/*")
+                  if path.is_dir() and (path / "preprocessor_config.json").is_file())
 
 
 @pytest.fixture(scope="module")
