@@ -19,6 +19,7 @@ import torch
 from accelerate import PartialState
 from transformers import AutoTokenizer, CLIPModel
 
+from capeval.options import local_model_problem
 from capeval.preprocessing import ImageTransform, TextTransform
 from capeval.towers import pooled_image_states, pooled_text_states
 
@@ -91,6 +92,9 @@ class Backbone:
 
 def resolve_model_folder(model: ModelRef, revision: Optional[str]) -> Path:
     """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` (the local cache when offline)."""
+    problem = local_model_problem(model)
+    if problem is not None:
+        raise ModelNotAvailableError(problem)
     folder = Path(model).expanduser()
     if folder.is_dir():
         return folder

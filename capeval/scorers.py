@@ -16,7 +16,8 @@ import torch
 from capeval.functional import clipscore as functional
 from capeval.backbones import load_backbone, process_state
 from capeval.engine import EmbeddingEngine
-from capeval.inputs import ImageInput, ScoringItems, iter_scoring_items
+from capeval.inputs import ImageInput, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
+from capeval.options import check_scorer_options, resolve_device
 from capeval.version import __version__
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -80,9 +81,9 @@ class EmbeddingScorer:
         chunk_size: int = 1024,
         progress: bool = False,
     ) -> None:
-        if chunk_size < 1:
-            raise ValueError("chunk_size must be positive")
-        target = torch.device(device) if device is not None else process_state().device
+        check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers,
+                             chunk_size=chunk_size)
+        target = resolve_device(device) if device is not None else process_state().device
         self.precision = resolve_precision(precision, self.spec, target)
         self.chunk_size = chunk_size
         self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, target,
@@ -118,18 +119,16 @@ class EmbeddingScorer:
         """
         image_scores: List[np.ndarray] = []
         reference_scores: List[np.ndarray] = []
-        truncated = 0
+        truncated: List[TextPosition] = []
         for chunk in iter_scoring_items(images, candidates, references, self.chunk_size):
             per_item, per_item_ref, chunk_truncated = self._score_chunk(chunk)
             image_scores.append(per_item)
-            truncated += chunk_truncated
+            truncated.extend(chunk_truncated)
             if per_item_ref is not None:
                 reference_scores.append(per_item_ref)
             del chunk  # release this chunk's images before the next one is read
         if truncated:
-            context = self.backbone.text_transform.context_length
-            warnings.warn(f"{truncated} texts exceed CLIP's {context}-token context and were truncated, keeping the "
-                          "end token, as the reference implementation does", stacklevel=2)
+            warnings.warn(TruncationWarning(truncated, self.backbone.text_transform.context_length), stacklevel=2)
         result: Dict[str, Any] = self._summary(self.spec.name, np.concatenate(image_scores))
         if references is not None:
             result.update(self._summary(self.spec.ref_name, np.concatenate(reference_scores)))
@@ -141,7 +140,7 @@ class EmbeddingScorer:
         return {name: float(np.mean(per_item)), f"{name}s": [float(value) for value in per_item]}
 
     def _score_chunk(self, chunk: ScoringItems) -> tuple:
-        """(per-item image scores, per-item reference scores or None, number of truncated texts) of one chunk."""
+        """(per-item image scores, per-item reference scores or None, positions of the truncated texts) of one chunk."""
         text_transform = self.backbone.text_transform
         raw = list(chunk.candidates)
         counts: List[int] = []
@@ -158,7 +157,8 @@ class EmbeddingScorer:
         if chunk.references is not None:
             cosines = functional.max_reference_cosine(candidates, text_features[len(chunk):], counts)
             per_item_ref = functional.ref_clip_s(per_item, cosines)
-        return per_item, per_item_ref, text_transform.count_truncated(texts)
+        cut = text_transform.truncated(texts)
+        return per_item, per_item_ref, [position for position, was_cut in zip(chunk.text_positions(), cut) if was_cut]
 
 
 class CLIPScore(EmbeddingScorer):

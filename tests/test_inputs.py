@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from capeval import CLIPScore, InputError
+from capeval.inputs import TruncationWarning
 
 IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "clipscore" / "images"
 IMAGE_1, IMAGE_2 = IMAGES / "image1.jpg", IMAGES / "image2.jpg"
@@ -38,7 +39,12 @@ def _png_header_only(width: int, height: int) -> bytes:
         ([IMAGE_1, IMAGE_2], ["a cat", "   "], None, r"candidates\[1\] is empty"),
         ([IMAGE_1, IMAGE_2], [None, "a cat"], None, r"candidates\[0\] is None"),
         ([IMAGE_1, IMAGE_2], ["a cat", 7], None, r"candidates\[1\] has type int"),
-        ([IMAGE_1], "a cat", None, "not a single string"),
+        ([IMAGE_1], "a cat", None, r"^candidates must be a list of strings, got a single str \('a cat'\)"),
+        ([IMAGE_1], b"a cat", None, "^candidates must be a list of strings, got a single bytes"),
+        (str(IMAGE_1.parent), ["a", "b"], None, r"^images must be a list of images .*, got a single str"),
+        (IMAGE_1.parent, ["a", "b"], None, r"^images must be a list of images .*, got a single PosixPath"),
+        (IMAGE_1.read_bytes(), ["a"], None, r"^images must be a list of images .*, got a single bytes"),
+        ([IMAGE_1], ["a"], "a ref", r"^references must be a list of lists of strings, got a single str"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], []], r"references\[1\] is empty"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], "r"], r"references\[1\] must be a list"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], ["ok", None]], r"references\[1\]\[1\] is None"),
@@ -97,9 +103,12 @@ def test_image_between_pil_warning_and_error_limits_is_refused(scorer, monkeypat
 
 def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer) -> None:
     long_caption = "a very long caption about a dog " * 20
-    with pytest.warns(UserWarning, match="^3 texts exceed CLIP's 77-token context") as record:
+    with pytest.warns(TruncationWarning, match="^3 texts exceed the model's 77-token context") as record:
         result = scorer.score([IMAGE_1, IMAGE_2], [long_caption, "short"], [[long_caption], ["ok", long_caption]])
-    assert len([w for w in record if "exceed" in str(w.message)]) == 1
+    warned = [w.message for w in record if isinstance(w.message, TruncationWarning)]
+    assert len(warned) == 1
+    assert warned[0].positions == ((0, None), (0, 0), (1, 1))
+    assert str(warned[0]).endswith(": candidates[0], references[0][0], references[1][1]")
     truncated_only = long_caption.split()[:60]  # well past 75 tokens once prompted: same tokens after truncation
     same = scorer.score([IMAGE_1], [" ".join(truncated_only) + " and more words"])
     assert result["clip_scores"][0] == same["clip_scores"][0]
