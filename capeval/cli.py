@@ -225,8 +225,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return args.handler(args)
     except (InputError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
         message = " ".join(str(error).split())
-        translate = getattr(args, "translate_error", None)
-        print(f"{prefix}: error: {translate(message) if translate else message}", file=sys.stderr)
+        print(f"{prefix}: error: {benchmark_command.in_flags(message)}", file=sys.stderr)
         return 2
 
 

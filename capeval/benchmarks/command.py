@@ -25,12 +25,13 @@ FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
     ("pass root=", "pass --data-root"),
     ("pass image_dir", "pass --images"),
     ("root=", "--data-root"),
+    ("model=<", "--model <"),
 )
-"""How the API's errors name a parameter, and the flag this command takes for it (longest phrases first)."""
+"""How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
 
 
 def in_flags(message: str) -> str:
-    """An API error message with its parameter names replaced by this command's flags."""
+    """An API error message with its parameter names replaced by the command line's flags."""
     for parameter, flag in FLAG_OF_PARAMETER:
         message = message.replace(parameter, flag)
     return message
@@ -99,7 +100,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--ties", choices=["half", "wrong"], default="half",
                         help="credit of a metric tie in pairwise / FOIL accuracy (default: half)")
     parser.add_argument("--output", type=Path, help="folder for results.json, results.md and the plots")
-    parser.set_defaults(handler=run, translate_error=in_flags)
+    parser.set_defaults(handler=run)
     return parser
 
 

@@ -257,7 +257,7 @@ def run_benchmark(
         if image_root is None:
             raise FileNotFoundError(
                 f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
-                "pass image_dir (capeval benchmark --images)"
+                "pass image_dir"
             )
         check_images(benchmark, image_root)
 
