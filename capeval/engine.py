@@ -5,7 +5,7 @@ in-memory cache, then the on-disk cache, and only the rest are encoded. Images a
 threads while the model runs; texts are sorted by token length and padded per batch. Under ``accelerate launch`` the
 batches to encode are dealt out over the processes and the features gathered back on every process. Batches are
 formed from the whole request before they are dealt, so each item is encoded in the same batch, hence bit for bit
-the same, whatever the number of processes.
+the same whatever the number of processes, as long as each process runs the same number of intra-op threads.
 """
 from __future__ import annotations
 

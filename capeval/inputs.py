@@ -160,6 +160,10 @@ def validate_references(references: object, index: int) -> Tuple[str, ...]:
     return tuple(validate_caption(ref, f"references[{index}][{j}]") for j, ref in enumerate(references))
 
 
+TextPosition = Tuple[int, Optional[int]]
+"""(item index, reference number, or None for the candidate)."""
+
+
 @dataclass(frozen=True)
 class ScoringItems:
     """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item."""
@@ -172,17 +176,13 @@ class ScoringItems:
     def __len__(self) -> int:
         return len(self.candidates)
 
-    def text_positions(self) -> List[Tuple[int, Optional[int]]]:
+    def text_positions(self) -> List[TextPosition]:
         """(item index, reference number or None for the candidate) of each text in the order scorers encode them:
         every candidate of the chunk, then every item's references."""
-        positions: List[Tuple[int, Optional[int]]] = [(self.start + i, None) for i in range(len(self))]
+        positions: List[TextPosition] = [(self.start + i, None) for i in range(len(self))]
         for i, refs in enumerate(self.references or ()):
             positions.extend((self.start + i, j) for j in range(len(refs)))
         return positions
-
-
-TextPosition = Tuple[int, Optional[int]]
-"""(item index, reference number, or None for the candidate)."""
 
 
 class TruncationWarning(UserWarning):
