@@ -24,7 +24,7 @@ from capeval.benchmarks import BenchmarkFormatError, builtin_metrics, load_bench
 from capeval.benchmarks.command import split_models
 from capeval.cli import main
 from capeval.inputs import validate_image
-from capeval.options import PRECISION_NAMES
+from capeval.options import PRECISION_NAMES, resolve_device
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples" / "clipscore"
@@ -149,6 +149,15 @@ def test_cuda_without_a_gpu_says_so(tiny_openai_clip, monkeypatch, capsys) -> No
         error.count("\n") == 1
     with pytest.raises(InputError, match="is not a torch device name"):
         CLIPScore(model=tiny_openai_clip.hf_dir, device="gpu0")
+
+
+def test_a_cuda_index_that_does_not_exist_lists_the_devices(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(InputError, match=r"^device 'cuda:3': there is no CUDA device 3; available devices: cpu, "
+                                         r"cuda:0(, mps)?$"):
+        resolve_device("cuda:3")
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
 
 
 # 5. a model path that is not a converted model folder ---------------------------------------------------------------
