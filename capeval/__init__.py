@@ -12,7 +12,7 @@ from capeval.version import __version__
 
 _SCORERS: Dict[str, MetricFamily] = {family.scorer_path.split(":")[1]: family for family in FAMILIES.values()}
 
-__all__ = ["CLIPScore", "PACScore", "InputError", "ModelNotAvailableError", "__version__"]
+__all__ = ["CLIPScore", "PACScore", "BRIDGEScore", "InputError", "ModelNotAvailableError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
