@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from nltk.tag import DefaultTagger, UnigramTagger
 from PIL import Image
-from transformers import BertTokenizerFast, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
+from transformers import BertTokenizer, BlipConfig, BlipForConditionalGeneration, BlipImageProcessor, BlipProcessor
 
 from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.bridge.loading import save_bridge
@@ -57,8 +57,8 @@ def make_tiny_blip(folder: Path) -> Path:
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"]
     vocab = specials + sorted(TAGGED_WORDS)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tokenizer = BertTokenizer(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=True,
+                              bos_token="[DEC]")
     image_processor = BlipImageProcessor(size={"height": 32, "width": 32})
     ids = {token: vocab.index(token) for token in specials}
     tiny = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
