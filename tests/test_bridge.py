@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from bridge_fixtures import US, make_tiny_blip, make_tiny_bridge, synthetic_images, tiny_bridge_config, word_tagger
-from capeval import BRIDGEScore, CLIPScore, InputError
+from capeval import BRIDGEScore, CLIPScore, InputError, ModelNotAvailableError
 from capeval.inputs import iter_scoring_items
+from capeval.models.bridge import templates as templates_module
 from capeval.models.bridge.losses import LossWeights, bridge_losses
 from capeval.models.bridge.modeling import TemplateBatch
 from capeval.models.bridge.templates import NounChunker, build_templates
@@ -223,3 +224,24 @@ def test_references_are_refused(tiny_bridge) -> None:
     scorer = BRIDGEScore(model=tiny_bridge, device="cpu", tagger=word_tagger())
     with pytest.raises(InputError, match="reference-free"):
         scorer.score(synthetic_images(1), ["a dog"], [["a dog"]])
+
+
+def test_evaluate_module_equals_the_scorer(tiny_bridge, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evaluate
+
+    monkeypatch.setattr(templates_module, "perceptron_tagger", word_tagger)  # the default tagger, made offline
+    module = evaluate.load(str(Path(__file__).resolve().parent.parent / "metrics" / "bridge"))
+    images, candidates = synthetic_images(2), ["a dog", "a red car"]
+    result = module.compute(predictions=candidates, images=images, model=str(tiny_bridge), device="cpu")
+    assert module.name == "bridge_score"
+    expected = BRIDGEScore(model=tiny_bridge, device="cpu").score(images, candidates)
+    assert result == expected
+
+
+def test_missing_tagger_data_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotAvailableError, match="averaged_perceptron_tagger_eng"):
+        NounChunker().chunks("a man with a dog")

@@ -12,6 +12,7 @@ determiners of a chunk stay in the template ("a [MASK] running with a [MASK]").
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -68,15 +69,16 @@ class TemplateConfig:
 
 
 def perceptron_tagger() -> Tagger:
-    """NLTK's averaged perceptron tagger; its data is downloaded on first use. ``ModelNotAvailableError`` when the
-    data is absent and cannot be downloaded."""
+    """NLTK's averaged perceptron tagger; its data is downloaded on first use (not when ``HF_HUB_OFFLINE`` is set).
+    ``ModelNotAvailableError`` when the data is absent and cannot be downloaded."""
     import nltk
     from nltk.tag import PerceptronTagger
 
     try:
         tagger = PerceptronTagger()
     except LookupError:
-        if not nltk.download("averaged_perceptron_tagger_eng", quiet=True, raise_on_error=False):
+        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+        if offline or not nltk.download("averaged_perceptron_tagger_eng", quiet=True, raise_on_error=False):
             raise ModelNotAvailableError(
                 "BRIDGE's noun chunks need NLTK's 'averaged_perceptron_tagger_eng' data, which is not installed and "
                 "could not be downloaded. Run `python -m nltk.downloader averaged_perceptron_tagger_eng` with network "
