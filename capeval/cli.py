@@ -1,4 +1,5 @@
-"""The ``capeval`` command: ``capeval score`` (CLIP-S / PAC-S of a folder of images) and ``capeval benchmark``.
+"""The ``capeval`` command: ``capeval score`` (any registered metric on a folder of images), ``capeval benchmark`` and
+``capeval train bridge``.
 
 ``capeval score`` reads the reference repositories' JSON files as they are: candidates ``{"<image id>": "caption"}``
 and references ``{"<image id>": ["ref", ...]}`` (a single string is one reference), where an image id is the file
@@ -13,12 +14,13 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from capeval.benchmarks import command as benchmark_command
 from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, TextPosition, TruncationWarning, validate_caption
+from capeval.models.bridge import train_command as bridge_command
 from capeval.models.regions import command as regions_command
 from capeval.options import PRECISION_NAMES
 from capeval.outputs import check_output_file
@@ -195,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score_parser(subparsers)
     benchmark_command.register(subparsers)
     regions_command.register(subparsers)
+    train = subparsers.add_parser("train", help="train a learned metric (bridge)",
+                                  description="Train the learned parts of a metric.")
+    bridge_command.register(train.add_subparsers(dest="model", required=True, metavar="MODEL"))
     return parser
 
 

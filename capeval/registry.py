@@ -37,7 +37,8 @@ class MetricFamily:
     """Corpus result (each also reported per item as ``<key>s``; reference-based ones only with references) -> how
     the reference code prints it (the CLI prints it so)."""
     references: str
-    """``"optional"`` (reference-based results are added when references are given) or ``"required"``."""
+    """``"optional"`` (reference-based results are added when references are given), ``"required"``, or ``"unused"``
+    (a reference-free metric: giving references is an error)."""
     benchmark_metrics: Mapping[str, BenchmarkMetric]
     """Benchmark metric name (``ref_clip_s``) -> which result it reads."""
 
@@ -60,6 +61,11 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
                                         "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
+        MetricFamily("bridge", "capeval.scorers.bridge:BRIDGEScore", references="unused",
+                     description="BRIDGE (Sarto et al., 2024): CLIP-S joined by pseudo-captions of the image's "
+                                 "template caption filled from CLIP grid features",
+                     result_keys={"bridge_score": "BRIDGE"},
+                     benchmark_metrics={"bridge": BenchmarkMetric("bridge_scores", False, "BRIDGE")}),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -21,7 +21,8 @@ from capeval.models.clip.modeling import FORWARD_VERSION
 from capeval.models.clip.preprocessing import PREPROCESSING_VERSION, pad_token_ids
 
 
-def _cache_key(backbone: Backbone, settings: str) -> str:
+def backbone_cache_key(backbone: Backbone, settings: str) -> str:
+    """On-disk namespace key of rows computed by ``backbone`` under ``settings``."""
     return f"{backbone.fingerprint}|{backbone.dtype}|{PREPROCESSING_VERSION}|{FORWARD_VERSION}|{settings}"
 
 
@@ -41,7 +42,7 @@ class ImageRows(RowProducer[ImageItem]):
         return item.key
 
     def cache_key(self) -> str:
-        return _cache_key(self.backbone, repr(self.backbone.image_transform))
+        return backbone_cache_key(self.backbone, repr(self.backbone.image_transform))
 
     def plan(self, items: Mapping[str, ImageItem]) -> List[Batch]:
         return fixed_size_batches(items, self.batch_size)
@@ -82,7 +83,7 @@ class TextRows(RowProducer[str]):
         return item
 
     def cache_key(self) -> str:
-        return _cache_key(self.backbone, f"context={self.backbone.text_transform.context_length}")
+        return backbone_cache_key(self.backbone, f"context={self.backbone.text_transform.context_length}")
 
     def plan(self, items: Mapping[str, str]) -> List[Batch]:
         """Batches of texts of similar token length (payload: token ids), so padding stays short."""
@@ -97,7 +98,8 @@ class TextRows(RowProducer[str]):
 
 
 class ClipEmbeddingEngine(EmbeddingEngine):
-    """The engine of one CLIP backbone: image rows and text rows."""
+    """The engine of one CLIP backbone: image rows and text rows (and the rows of ``extra_producers``, for metrics
+    that add their own rows to CLIP's)."""
 
     def __init__(
         self,
@@ -109,10 +111,11 @@ class ClipEmbeddingEngine(EmbeddingEngine):
         cache_dir: Union[str, "os.PathLike[str]", None] = None,
         memory_cache_bytes: int = 256 << 20,
         progress: bool = False,
+        extra_producers: Sequence[RowProducer] = (),
     ) -> None:
         self.backbone = backbone
-        super().__init__([ImageRows(backbone, image_batch_size, num_workers), TextRows(backbone, text_batch_size)],
-                         cache_dir=cache_dir, memory_cache_bytes=memory_cache_bytes, progress=progress)
+        super().__init__([ImageRows(backbone, image_batch_size, num_workers), TextRows(backbone, text_batch_size),
+                          *extra_producers], cache_dir=cache_dir, memory_cache_bytes=memory_cache_bytes, progress=progress)
 
     def image_features(self, images: Sequence[ImageItem]) -> np.ndarray:
         """Projected features of ``images``, one row per input (duplicates share their row)."""

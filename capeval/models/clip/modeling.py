@@ -90,13 +90,19 @@ def _encoder_layer(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Wo
     return residual.add_(_mlp_(layer.layer_norm2(residual), layer, workspace))
 
 
-def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
-            key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``."""
+def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool) -> _Workspace:
+    """Run every layer but the last over all positions of ``states`` (updated in place); returns the workspace."""
     batch, length, _ = states.shape
     workspace = _Workspace.for_layer(layers[0], batch * length, states)
     for layer in layers[:-1]:
         _encoder_layer(states, layer, workspace, causal)
+    return workspace
+
+
+def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
+            key_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``."""
+    workspace = _run_layers(states, layers, causal)
     return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
 
 
@@ -108,15 +114,53 @@ def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tenso
     return vision_model.post_layernorm(pooled)
 
 
-def pooled_text_states(text_model: torch.nn.Module, input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
-    """``text_model(input_ids).pooler_output`` for id rows that each hold ``end_token_id``: the final-layer-normed
-    state at the first end token, under the causal mask (positions after it cannot change it)."""
+def image_grid_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
+    """``post_layernorm(vision_model(pixel_values).last_hidden_state)``: the post-layer-normed state of every vision
+    token, class token first, shape ``(batch, 1 + patches, width)`` (row 0 is :func:`pooled_image_states`)."""
+    states = vision_model.pre_layrnorm(vision_model.embeddings(pixel_values)).contiguous()
+    layers = vision_model.encoder.layers
+    workspace = _run_layers(states, layers, causal=False)
+    _encoder_layer(states, layers[-1], workspace, causal=False)
+    return vision_model.post_layernorm(states)
+
+
+def end_token_rows(input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
+    """Position of the first ``end_token_id`` in each id row; ``ValueError`` if a row has none."""
     is_end = input_ids == end_token_id
     if not bool(is_end.any(dim=1).all()):
         raise ValueError(f"every token row must contain the end token {end_token_id}")
-    rows = is_end.int().argmax(dim=1)
-    states = text_model.embeddings(input_ids=input_ids).contiguous()
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-    key_mask = (positions[None, :] <= rows[:, None])[:, None, None, :]
-    pooled = _encode(states, text_model.encoder.layers, rows, causal=True, key_mask=key_mask)
+    return is_end.int().argmax(dim=1)
+
+
+def pooled_text_states(text_model: torch.nn.Module, input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
+    """``text_model(input_ids).pooler_output`` for id rows that each hold ``end_token_id``: the final-layer-normed
+    state at the first end token, under the causal mask (positions after it cannot change it)."""
+    rows = end_token_rows(input_ids, end_token_id)
+    return pooled_text_states_from_embeddings(text_model, text_model.embeddings.token_embedding(input_ids), rows)
+
+
+def pooled_text_states_from_embeddings(text_model: torch.nn.Module, token_embeddings: torch.Tensor,
+                                       end_rows: torch.Tensor) -> torch.Tensor:
+    """The text tower run on token embeddings ``(batch, length, width)`` instead of token ids: position embeddings
+    added, causal mask, final layer norm, pooled at ``end_rows`` (the end token's position in each row), exactly as
+    :func:`pooled_text_states` (which calls this with the token embeddings of its ids).
+
+    When gradients are needed (grad mode on and the embeddings require grad, as in BRIDGE's training, where the
+    embeddings hold a mapping network's outputs) the layers run as transformers' own ``CLIPEncoderLayer`` modules
+    over every position; otherwise through the pruned in-place forward. Both give the same values to float32
+    rounding (tests/test_bridge.py).
+    """
+    states = text_model.embeddings(inputs_embeds=token_embeddings)
+    layers = text_model.encoder.layers
+    if torch.is_grad_enabled() and states.requires_grad:
+        length = states.shape[1]
+        causal = torch.full((length, length), float("-inf"), dtype=states.dtype, device=states.device).triu(1)
+        for layer in layers:
+            states = layer(states, causal[None, None])
+        pooled = states[torch.arange(states.shape[0], device=states.device), end_rows]
+        return text_model.final_layer_norm(pooled)
+    states = states.contiguous()
+    positions = torch.arange(states.shape[1], device=states.device)
+    key_mask = (positions[None, :] <= end_rows[:, None])[:, None, None, :]
+    pooled = _encode(states, layers, end_rows, causal=True, key_mask=key_mask)
     return text_model.final_layer_norm(pooled)

@@ -1,0 +1,64 @@
+"""BRIDGE models: a folder (or hub repository) of ``config.json`` (:class:`BridgeConfig`) and ``model.safetensors``
+(the trained parts, :class:`BridgeModel`'s ``state_dict``), on top of a CLIP backbone loaded by capeval's CLIP
+loader."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from safetensors.torch import load_file, save_file
+
+from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.models.bridge.configuration import CONFIG_NAME, WEIGHTS_NAME, BridgeConfig
+from capeval.models.bridge.modeling import BridgeModel
+from capeval.models.clip.loading import Backbone, load_backbone
+from capeval.runtime import DeviceLike, resolve_device
+
+DEFAULT_MODEL = "capeval/bridge-clip-vit-b-32"
+"""capeval's BRIDGE on OpenAI CLIP ViT-B/32 (trained by capeval: the paper's authors released no weights)."""
+
+
+@dataclass(frozen=True)
+class LoadedBridge:
+    """A BRIDGE model in eval mode with its backbone, configuration and provenance."""
+
+    model: BridgeModel
+    backbone: Backbone
+    config: BridgeConfig
+    name: str
+    revision: Optional[str]
+    fingerprint: str
+    """Content hash of ``config.json`` and ``model.safetensors``."""
+
+
+def save_bridge(model: BridgeModel, folder: Union[str, Path]) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` (the trained parts, float32) into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.save(folder)
+    save_file({name: tensor.detach().float().cpu().contiguous() for name, tensor in model.state_dict().items()},
+              str(folder / WEIGHTS_NAME))
+    return folder
+
+
+def load_bridge(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None, device: DeviceLike = None,
+                precision: str = "fp32", backbone: Optional[ModelRef] = None) -> LoadedBridge:
+    """Load a BRIDGE model; its CLIP backbone is the one its config names, or ``backbone`` (a local copy of it)."""
+    name = str(model)
+    revision = pinned_revision(name, revision)
+    folder = resolve_model_folder(name, revision, [CONFIG_NAME, WEIGHTS_NAME], "capeval train bridge")
+    config = BridgeConfig.load(folder)
+    target = resolve_device(device)
+    clip_backbone = load_backbone(backbone if backbone is not None else config.backbone,
+                                  config.backbone_revision if backbone is None else None, target, precision)
+    bridge = BridgeModel(config, clip_backbone.model)
+    state = load_file(str(folder / WEIGHTS_NAME))
+    missing, unexpected = bridge.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder / WEIGHTS_NAME} does not match the BRIDGE config: missing {sorted(missing)}, "
+                         f"unexpected {sorted(unexpected)}")
+    bridge = bridge.to(device=target, dtype=clip_backbone.dtype).eval()
+    return LoadedBridge(bridge, clip_backbone, config, name, revision,
+                        folder_fingerprint(Path(folder), suffixes=(".json", ".safetensors")))
+

@@ -1,0 +1,20 @@
+"""Gradio Space of the BRIDGE metric (the app itself is ``capeval.integrations.space``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from capeval.integrations import space
+
+METRIC_SCRIPT = Path(__file__).resolve().parent / "bridge.py"
+MODELS: List[str] = ["capeval/bridge-clip-vit-b-32"]
+"""Models offered in the Space; the first is the metric's default."""
+
+
+def score_caption(image: str, candidate: str, references: str = "", model: Optional[str] = None) -> Dict[str, Any]:
+    """The metric's result for one image file and caption (references are not used by BRIDGE)."""
+    return space.score_caption(METRIC_SCRIPT, image, candidate, "", model or MODELS[0])
+
+
+if __name__ == "__main__":
+    space.build_demo(METRIC_SCRIPT, MODELS).launch(show_error=True)
