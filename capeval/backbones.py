@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from accelerate import PartialState
@@ -45,6 +45,18 @@ def process_state() -> PartialState:
     return PartialState(cpu=not has_accelerator)
 
 
+def folder_fingerprint(folder: Path) -> str:
+    """Content hash of a model folder's weights, config and vocabulary/tokenizer files (``.json``, ``.txt``,
+    ``.safetensors``), identifying the model in on-disk caches."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in {".json", ".txt", ".safetensors"}):
+        hasher.update(path.name.encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                hasher.update(block)
+    return hasher.hexdigest()
+
+
 class ModelNotAvailableError(OSError):
     """The model could not be found locally and cannot be downloaded now."""
 
@@ -67,13 +79,7 @@ class Backbone:
     def fingerprint(self) -> str:
         """Content hash of the weights, config and tokenizer files (identifies the model in on-disk caches)."""
         if "value" not in self._fingerprint:
-            hasher = hashlib.blake2b(digest_size=16)
-            for path in sorted(p for p in self.folder.iterdir() if p.is_file() and p.suffix in {".json", ".txt", ".safetensors"}):
-                hasher.update(path.name.encode())
-                with path.open("rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 24), b""):
-                        hasher.update(block)
-            self._fingerprint["value"] = hasher.hexdigest()
+            self._fingerprint["value"] = folder_fingerprint(self.folder)
         return self._fingerprint["value"]
 
     @torch.inference_mode()
@@ -89,8 +95,10 @@ class Backbone:
         return self.model.text_projection(pooled)
 
 
-def resolve_model_folder(model: ModelRef, revision: Optional[str]) -> Path:
-    """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` (the local cache when offline)."""
+def resolve_model_folder(model: ModelRef, revision: Optional[str], files: Sequence[str] = _HUB_FILES,
+                         converter: str = "conversion/convert_clip.py") -> Path:
+    """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` (the local cache when offline), holding
+    ``files``; ``converter`` is the script named in the error message as the way to build a local folder."""
     folder = Path(model).expanduser()
     if folder.is_dir():
         return folder
@@ -98,12 +106,12 @@ def resolve_model_folder(model: ModelRef, revision: Optional[str]) -> Path:
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(str(model), revision=revision, allow_patterns=_HUB_FILES))
+        return Path(snapshot_download(str(model), revision=revision, allow_patterns=list(files)))
     except LocalEntryNotFoundError as error:
         raise ModelNotAvailableError(
             f"model {model!r} (revision {revision!r}) is not in the local Hugging Face cache and the hub cannot be "
             "reached (HF_HUB_OFFLINE is set or there is no network). Run once with network access to cache it, or "
-            f"pass model=<local folder> with a converted model (see conversion/convert_clip.py). Cause: {error}"
+            f"pass model=<local folder> with a converted model (see {converter}). Cause: {error}"
         ) from None
     except Exception as error:  # repository or revision errors from the hub
         raise ModelNotAvailableError(f"cannot load model {model!r} at revision {revision!r}: {error}") from None
