@@ -8,6 +8,7 @@ sentence, so "a dog. a cat" keeps the first period as its own token. The ids are
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -93,8 +94,22 @@ class ScanTokenizer:
         if missing:
             raise ValueError(f"SCAN vocabulary lacks the special tokens {missing}")
         self.word_to_id: Dict[str, int] = dict(word_to_id)
-        self._sentences = PunktSentenceTokenizer(punkt if punkt is not None else punkt_parameters())
+        self.punkt = punkt if punkt is not None else punkt_parameters()
+        self._sentences = PunktSentenceTokenizer(self.punkt)
         self._words = NLTKWordTokenizer()
+        self._fingerprint: Optional[str] = None
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the vocabulary, the Punkt parameters and the NLTK version: what decides the ids of a caption."""
+        if self._fingerprint is None:
+            import nltk
+
+            params = self.punkt
+            state = (nltk.__version__, sorted(self.word_to_id.items()), sorted(params.abbrev_types),
+                     sorted(params.collocations), sorted(params.sent_starters), sorted(params.ortho_context.items()))
+            self._fingerprint = hashlib.blake2b(repr(state).encode("utf-8"), digest_size=16).hexdigest()
+        return self._fingerprint
 
     def __len__(self) -> int:
         return len(self.word_to_id)
