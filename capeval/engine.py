@@ -47,8 +47,9 @@ class RowProducer(ABC, Generic[Item]):
         """The batches that compute ``items`` (key -> item, every key once), each a list of (key, payload)."""
 
     @abstractmethod
-    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
-        """One ``(len(batch), dim)`` array per batch of payloads, in order (may prepare the next batch meanwhile)."""
+    def encode(self, batches: List[List[Any]]) -> Iterator[Sequence[np.ndarray]]:
+        """The rows of each batch of payloads, in order: a ``(len(batch), dim)`` array, or a list of 1-d rows of
+        different lengths (read them with :meth:`EmbeddingEngine.row_list`). May prepare the next batch meanwhile."""
 
 
 def fixed_size_batches(items: Mapping[str, Any], size: int) -> List[Batch]:
@@ -92,7 +93,11 @@ class EmbeddingEngine:
         return f"{kind}-{digest}"
 
     def rows(self, kind: str, items: Sequence[Any]) -> np.ndarray:
-        """One row per item of ``items`` (items with equal keys share their row)."""
+        """One row per item of ``items`` (items with equal keys share their row), stacked."""
+        return np.stack(self.row_list(kind, items))
+
+    def row_list(self, kind: str, items: Sequence[Any]) -> List[np.ndarray]:
+        """One row per item of ``items`` (items with equal keys share their row); rows may differ in length."""
         producer = self.producers[kind]
         keys = [producer.key(item) for item in items]
         by_key: Dict[str, Any] = {}
@@ -114,7 +119,7 @@ class EmbeddingEngine:
             computed = self._compute_sharded(producer, producer.plan({key: by_key[key] for key in missing}))
             self._memory[kind].put_many(computed)
             table.update(computed)
-        return np.stack([table[key] for key in keys])
+        return [table[key] for key in keys]
 
     def _compute_sharded(self, producer: RowProducer, batches: List[Batch]) -> Dict[str, np.ndarray]:
         """Compute this process's share of ``batches`` (every ``num_processes``-th) and gather all rows everywhere."""

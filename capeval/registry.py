@@ -60,6 +60,10 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
                                         "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
+        MetricFamily("tigerscore", "capeval.scorers.tiger:TIGErScore", references="required",
+                     description="TIGEr (Jiang et al., 2019): SCAN text-to-image grounding of candidate and references",
+                     result_keys={"tiger_score": "TIGEr"},
+                     benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")}),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

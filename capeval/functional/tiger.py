@@ -126,6 +126,11 @@ class UndefinedCounts:
     def total(self) -> int:
         return self.constant_reference_grounding + self.constant_candidate_grounding + self.wds_overflow
 
+    def __add__(self, other: "UndefinedCounts") -> "UndefinedCounts":
+        return UndefinedCounts(self.constant_reference_grounding + other.constant_reference_grounding,
+                               self.constant_candidate_grounding + other.constant_candidate_grounding,
+                               self.wds_overflow + other.wds_overflow)
+
 
 @dataclass(frozen=True)
 class TigerScores:

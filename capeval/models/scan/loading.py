@@ -11,15 +11,15 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from safetensors.torch import load_file
 
-from capeval.backbones import folder_fingerprint, process_state, resolve_model_folder
+from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
 from capeval.models.scan.configuration import CONFIG_NAME, ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
+from capeval.runtime import DeviceLike, resolve_device
 
 ModelRef = Union[str, "os.PathLike[str]"]
 WEIGHTS_NAME = "model.safetensors"
 DEFAULT_MODEL = "capeval/tiger-scan-coco"
-DEFAULT_REVISIONS: Dict[str, str] = {DEFAULT_MODEL: "v1.0"}
 HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
 
 
@@ -65,15 +65,14 @@ _CACHE: Dict[Tuple[str, Optional[str], str], LoadedScan] = {}
 _LOCK = threading.Lock()
 
 
-def load_scan(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None,
-              device: Union[str, torch.device, None] = None, punkt=None) -> LoadedScan:
+def load_scan(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None, device: DeviceLike = None,
+              punkt=None) -> LoadedScan:
     """Load (or reuse) a SCAN model and its tokenizer; ``device`` defaults to Accelerate's process device.
 
     ``punkt`` are NLTK Punkt parameters for the tokenizer (default: the installed English ``punkt_tab``)."""
     name = str(model)
-    if revision is None and not Path(name).expanduser().is_dir():
-        revision = DEFAULT_REVISIONS.get(name)
-    target = torch.device(device) if device is not None else process_state().device
+    revision = pinned_revision(name, revision)
+    target = resolve_device(device)
     key = (name, revision, str(target))
     with _LOCK:
         if key not in _CACHE or punkt is not None:

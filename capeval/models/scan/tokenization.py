@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Union
 
-from capeval.backbones import ModelNotAvailableError
+from capeval.hub import ModelNotAvailableError
 
 VOCAB_NAME = "vocab.json"
 START, END, UNKNOWN = "<start>", "<end>", "<unk>"
