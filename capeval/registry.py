@@ -40,6 +40,9 @@ class MetricFamily:
     """``"optional"`` (reference-based results are added when references are given) or ``"required"``."""
     benchmark_metrics: Mapping[str, BenchmarkMetric]
     """Benchmark metric name (``ref_clip_s``) -> which result it reads."""
+    region_features: bool = False
+    """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand in
+    for the images."""
 
     def scorer_class(self) -> "Type[Scorer]":
         """The scorer class (imported now)."""
@@ -63,7 +66,8 @@ FAMILIES: Dict[str, MetricFamily] = {
         MetricFamily("tigerscore", "capeval.scorers.tiger:TIGErScore", references="required",
                      description="TIGEr (Jiang et al., 2019): SCAN text-to-image grounding of candidate and references",
                      result_keys={"tiger_score": "TIGEr"},
-                     benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")}),
+                     benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")},
+                     region_features=True),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -144,3 +144,68 @@ def test_identical_regions_get_the_defined_result_and_a_warning(scorer: TIGErSco
     with pytest.warns(UserWarning, match=r"raises for 1 item\(s\).*1 with constant reference grounding"):
         result = scorer.score([same, regions_of("img0")], ["a dog", "a dog"], [["a cat"], ["a cat"]])
     assert result["rrs_scores"][0] == 1.0
+
+
+@pytest.fixture
+def offline_punkt(nltk_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(nltk_data)])
+
+
+def first_item_per_image() -> dict:
+    chosen = {}
+    for item in CASES["items"]:
+        chosen.setdefault(item["image"], item)
+    return chosen
+
+
+def test_evaluate_module_equals_the_scorer(scorer: TIGErScore, offline_punkt: None) -> None:
+    import evaluate
+
+    module = evaluate.load(str(Path(__file__).resolve().parent.parent / "metrics" / "tigerscore"))
+    items = list(first_item_per_image().values())
+    images = [regions_of(item["image"]) for item in items]
+    result = module.compute(predictions=[item["candidate"] for item in items], images=images,
+                            references=[item["references"] for item in items], model=str(scorer.scan.folder),
+                            device="cpu")
+    default = TIGErScore(model=scorer.scan.folder, device="cpu")  # the module's batch sizes
+    expected = default.score(images, [item["candidate"] for item in items], [item["references"] for item in items])
+    assert result == expected
+    with pytest.raises(InputError, match="TIGEr needs references"):
+        module.compute(predictions=["a dog"], images=images[:1], model=str(scorer.scan.folder), device="cpu")
+
+
+def test_cli_scores_precomputed_regions(tmp_path: Path, scorer: TIGErScore, offline_punkt: None) -> None:
+    import json
+
+    from capeval.cli import main
+
+    chosen = first_item_per_image()
+    np.savez(tmp_path / "regions.npz", **{key: regions_of(key).features for key in chosen})
+    (tmp_path / "cands.json").write_text(json.dumps({key: item["candidate"] for key, item in chosen.items()}))
+    (tmp_path / "refs.json").write_text(json.dumps({key: item["references"] for key, item in chosen.items()}))
+    code = main(["score", "--metric", "tigerscore", "--regions", str(tmp_path / "regions.npz"),
+                 "--candidates", str(tmp_path / "cands.json"), "--references", str(tmp_path / "refs.json"),
+                 "--model", str(scorer.scan.folder), "--device", "cpu", "--output", str(tmp_path / "out.json")])
+    assert code == 0
+    report = json.loads((tmp_path / "out.json").read_text())
+    golden = GOLDENS["models"]["tiny"]["tiger"]
+    for key, item in chosen.items():
+        assert report["scores"][key]["tiger_score"] == pytest.approx(golden[CASES["items"].index(item)], abs=1e-6)
+
+
+def test_benchmark_metric_reads_regions_by_image_name(tmp_path: Path, scorer: TIGErScore, offline_punkt: None) -> None:
+    from capeval.benchmarks.runner import builtin_metrics
+
+    chosen = first_item_per_image()
+    np.savez(tmp_path / "regions.npz", **{key: regions_of(key).features for key in chosen})
+    metric = builtin_metrics(["tiger"], model=scorer.scan.folder, device="cpu", regions=tmp_path / "regions.npz")["tiger"]
+    assert getattr(metric, "needs_images") is False
+    items = list(chosen.values())
+    scores = metric([f"{item['image']}.jpg" for item in items], [item["candidate"] for item in items],
+                    [item["references"] for item in items])
+    golden = GOLDENS["models"]["tiny"]["tiger"]
+    np.testing.assert_allclose(scores, [golden[CASES["items"].index(item)] for item in items], rtol=0, atol=1e-6)
+    with pytest.raises(InputError, match="has no region features for image 'img9.jpg'"):
+        metric(["img9.jpg"], ["a dog"], [["a dog"]])

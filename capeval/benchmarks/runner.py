@@ -21,9 +21,11 @@ from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
-from capeval.registry import BENCHMARK_METRICS, scorer_class
+from capeval.models.regions.files import read_region_features
+from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
 
 if TYPE_CHECKING:
+    from capeval.models.regions.features import RegionFeatures
     from capeval.scorers.base import Scorer
 
 MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
@@ -50,19 +52,43 @@ class ScorerMetric:
         return result[self.result_key]
 
 
+class RegionFeatureMetric(ScorerMetric):
+    """A region-based scorer's result (TIGEr) read from precomputed region features keyed by image id, so that the
+    benchmark's images are not needed: each item's image name (or file name, or stem) finds its features."""
+
+    needs_images = False
+
+    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool,
+                 regions: Mapping[str, "RegionFeatures"], source: str) -> None:
+        super().__init__(scorer, result_key, uses_references)
+        self.regions = regions
+        self.source = source
+
+    def _lookup(self, image: str) -> "RegionFeatures":
+        for key in (image, Path(image).name, Path(image).stem):
+            if key in self.regions:
+                return self.regions[key]
+        raise InputError(f"{self.source} has no region features for image {image!r}")
+
+    def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
+        return super().__call__([self._lookup(image) for image in images], candidates, references)  # type: ignore[arg-type]
+
+
 def builtin_metrics(
     names: Sequence[str],
     *,
     model: Optional[Union[str, "os.PathLike[str]"]] = None,
     device: Optional[str] = None,
     batch_size: int = 64,
+    regions: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
 
     The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) share one scorer: ``clip_s``/``ref_clip_s``
     one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so each family encodes every image
     and text once. ``model`` (a folder or hub id) replaces the default model of
-    every scorer used.
+    every scorer used. ``regions`` (a ``.npz`` keyed by image id or a bottom-up ``.tsv``) gives region-based
+    metrics (``tiger``) their precomputed region features instead of the images.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
@@ -72,6 +98,7 @@ def builtin_metrics(
         raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
     scorers: Dict[str, Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
+    region_table: Optional[Dict[str, "RegionFeatures"]] = None
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
@@ -79,7 +106,13 @@ def builtin_metrics(
         family, metric = BENCHMARK_METRICS[name]
         if family not in scorers:
             scorers[family] = scorer_class(family)(model=model, device=device, batch_size=batch_size)
-        metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references)
+        if regions is not None and FAMILIES[family].region_features:
+            if region_table is None:
+                region_table = read_region_features(regions)
+            metrics[name] = RegionFeatureMetric(scorers[family], metric.result_key, metric.uses_references,
+                                                region_table, str(regions))
+        else:
+            metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references)
     return metrics
 
 
