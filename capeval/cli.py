@@ -17,6 +17,7 @@ from capeval.benchmarks import command as benchmark_command
 from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, validate_caption
+from capeval.models.regions import command as regions_command
 from capeval.models.regions.files import read_region_features
 from capeval.registry import FAMILIES
 from capeval.runtime import PRECISIONS
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_score_parser(subparsers)
     benchmark_command.register(subparsers)
+    regions_command.register(subparsers)
     return parser
 
 

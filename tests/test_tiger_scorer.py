@@ -1,7 +1,6 @@
 """TIGErScore: parity with the original code through the public API, inputs, region sources and warnings."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -131,11 +130,10 @@ def test_image_entries_go_through_the_region_source(scorer: TIGErScore, monkeypa
     assert result["tiger_scores"][0] == result["tiger_scores"][1]
 
 
-def test_image_entries_without_a_detector_say_what_is_needed(scorer: TIGErScore,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_image_entries_load_the_bottom_up_detector(scorer: TIGErScore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline and not cached, the default detector cannot be had: the error names it."""
     monkeypatch.setattr(scorer, "_extractor", None)
-    monkeypatch.setitem(sys.modules, "capeval.models.regions.extraction", None)
-    with pytest.raises(ModelNotAvailableError, match="RegionFeatures"):
+    with pytest.raises(ModelNotAvailableError, match="capeval/bottom-up-frcnn-r101-vg"):
         scorer.score([np.zeros((6, 9, 3), dtype=np.uint8)], ["a cat"], [["a cat"]])
 
 

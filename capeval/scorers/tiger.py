@@ -18,9 +18,10 @@ import torch
 
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
 from capeval.functional import tiger as functional
-from capeval.hub import ModelNotAvailableError
 from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
+from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import RegionFeatures
+from capeval.models.regions.loading import DEFAULT_DETECTOR, load_detector
 from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
@@ -33,7 +34,6 @@ NUM_REGIONS = 36
 """Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
 GROUNDING_VERSION = "1"
 """Bumped whenever the grounding arithmetic changes, so that old cached grounding vectors are not reused."""
-DEFAULT_DETECTOR = "capeval/bottom-up-frcnn-r101-vg"
 
 
 @dataclass(frozen=True)
@@ -149,9 +149,10 @@ class TIGErScore(Scorer):
         revision: hub revision; capeval's pinned revision for the default model when ``None``.
         regions: where region features of image entries come from. Entries that are :class:`RegionFeatures` are
             used as given and never need a detector. For other entries (path, PIL image, array, bytes): ``None``
-            loads the default bottom-up detector (``capeval/bottom-up-frcnn-r101-vg``) when the first one is met;
-            a string is the hub id or folder of a converted detector; a callable maps a list of images to a list
-            of :class:`RegionFeatures`.
+            loads the default bottom-up detector (``capeval/bottom-up-frcnn-r101-vg``, 36 fixed regions as
+            ``generate_tsv.py``) when the first one is met; a string is the hub id or folder of a converted
+            detector; a :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its
+            settings and cache); any other callable maps a list of PIL images to a list of :class:`RegionFeatures`.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: images per forward pass of the SCAN image encoder, and (regions, caption) pairs per grounding
             batch.
@@ -188,7 +189,7 @@ class TIGErScore(Scorer):
             raise ValueError("batch sizes must be positive")
         self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
         self._region_source = regions
-        self._extractor: Optional[Callable[[Sequence[Any]], List[RegionFeatures]]] = None
+        self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
         self.engine = EmbeddingEngine([RegionEmbeddings(self.scan, batch_size), WordEmbeddings(self.scan, text_batch_size),
                                        GroundingVectors(self.scan, batch_size)], cache_dir=cache_dir,
                                       progress=progress)
@@ -244,29 +245,23 @@ class TIGErScore(Scorer):
         return KeyedRegions(valid.content_key(), valid)
 
     def _regions_of_images(self, items: Sequence[ImageItem]) -> List[KeyedRegions]:
-        """Region features of image entries from the region source (loaded when first needed)."""
+        """Region features of image entries from the region source (the detector is loaded when first needed)."""
         if self._extractor is None:
             self._extractor = self._load_extractor()
-        regions = self._extractor([item.open() for item in items])
-        if len(regions) != len(items):
-            raise ValueError(f"the region source returned {len(regions)} results for {len(items)} images")
+        if isinstance(self._extractor, RegionExtractor):
+            regions = [RegionFeatures(found.features, found.boxes, found.image_size)
+                       for found in self._extractor.detections(items)]
+        else:
+            regions = self._extractor([item.open() for item in items])
+            if len(regions) != len(items):
+                raise ValueError(f"the region source returned {len(regions)} results for {len(items)} images")
         return [self._keyed_regions(region, item.index) for item, region in zip(items, regions)]
 
-    def _load_extractor(self) -> Callable[[List[Any]], List[RegionFeatures]]:
+    def _load_extractor(self) -> Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]:
         source = self._region_source
         if callable(source):
             return source
-        try:
-            from capeval.models.regions.extraction import RegionExtractor
-            from capeval.models.regions.loading import load_detector
-        except ImportError:
-            raise ModelNotAvailableError(
-                "TIGEr reads bottom-up-attention region features; this capeval has no region detector to compute "
-                "them from images. Pass capeval.RegionFeatures(features=<(36, 2048) array>) for each image, or "
-                "regions=<callable mapping a list of PIL images to RegionFeatures>") from None
-        extractor = RegionExtractor(load_detector(source if source is not None else DEFAULT_DETECTOR,
-                                                  device=self.device))
-        return extractor
+        return RegionExtractor(load_detector(source if source is not None else DEFAULT_DETECTOR, device=self.device))
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         entries = list(chunk.images)
