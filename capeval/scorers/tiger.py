@@ -18,7 +18,7 @@ import torch
 
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
 from capeval.functional import tiger as functional
-from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
+from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.loading import DEFAULT_DETECTOR, load_detector
