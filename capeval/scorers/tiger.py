@@ -272,13 +272,14 @@ class TIGErScore(Scorer):
                 entries[position] = regions
         assert chunk.references is not None  # references_required
         embed_size = self.scan.config.embed_size
-        region_rows = self.engine.rows("scan_regions", entries)
+        distinct_regions = {entry.key: entry for entry in entries}
+        region_rows = dict(zip(distinct_regions, self.engine.row_list("scan_regions", list(distinct_regions.values()))))
         texts = list(dict.fromkeys([*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]))
         words = dict(zip(texts, self.engine.row_list("scan_words", texts)))
         pairs: List[GroundingPair] = []
-        for entry, region_row, candidate, refs in zip(entries, region_rows, chunk.candidates, chunk.references):
+        for entry, candidate, refs in zip(entries, chunk.candidates, chunk.references):
             for text in (candidate, *refs):
-                pairs.append(GroundingPair(entry.key, _digest(text), region_row.reshape(-1, embed_size),
+                pairs.append(GroundingPair(entry.key, _digest(text), region_rows[entry.key].reshape(-1, embed_size),
                                            words[text].reshape(-1, embed_size)))
         groundings = self.engine.rows("tiger_grounding", pairs)
         r_rows, c_rows, position = [], [], 0
