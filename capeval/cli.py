@@ -22,6 +22,7 @@ from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, TextPosition, TruncationWarning, validate_caption
 from capeval.models.bridge import train_command as bridge_command
 from capeval.models.regions import command as regions_command
+from capeval.models.regions.files import read_region_features
 from capeval.options import PRECISION_NAMES
 from capeval.outputs import check_output_file
 from capeval.registry import FAMILIES
@@ -126,7 +127,16 @@ def run_score(args: argparse.Namespace) -> int:
     if references is not None:
         check_same_keys(candidates, args.candidates, references, args.references)
     keys = list(candidates)
-    images = find_images(args.images, keys)
+    if (args.images is None) == (args.regions is None):
+        raise InputError("give either --images FOLDER or --regions FILE (precomputed region features)")
+    if args.regions is not None:
+        regions = read_region_features(args.regions)
+        missing = [key for key in keys if key not in regions]
+        if missing:
+            raise InputError(f"{args.regions} has no region features for {_name_keys(missing)} of {args.candidates}")
+        images: Dict[str, Any] = regions
+    else:
+        images = find_images(args.images, keys)
 
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
@@ -167,12 +177,15 @@ def _text_name(keys: Sequence[str], position: TextPosition) -> str:
 def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "score",
-        help="CLIP-S / RefCLIP-S or PAC-S / RefPAC-S of captions for a folder of images",
+        help="CLIP-S / RefCLIP-S, PAC-S / RefPAC-S or TIGEr of captions for a folder of images or region features",
         description="Score candidate captions against their images (and references). Takes the JSON formats of the "
                     "CLIPScore and PAC-S reference repositories: image ids are image file stems.",
     )
     parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
-    parser.add_argument("--images", required=True, type=Path, help="folder holding <image id>.<jpg|png|...>")
+    parser.add_argument("--images", type=Path, help="folder holding <image id>.<jpg|png|...>")
+    parser.add_argument("--regions", type=Path,
+                        help="instead of --images, for region-based metrics (tigerscore): precomputed region features "
+                             "keyed by image id, a .npz or a bottom-up-attention .tsv file")
     parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
     parser.add_argument("--references", type=Path,
                         help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')

@@ -12,7 +12,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -166,10 +166,11 @@ TextPosition = Tuple[int, Optional[int]]
 
 @dataclass(frozen=True)
 class ScoringItems:
-    """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item."""
+    """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item.
+    ``images`` holds :class:`ImageItem` objects, or what a scorer's own image-entry validator returns."""
 
     start: int
-    images: Tuple[ImageItem, ...]
+    images: Tuple[Any, ...]
     candidates: Tuple[str, ...]
     references: Optional[Tuple[Tuple[str, ...], ...]]
 
@@ -233,8 +234,14 @@ def iter_scoring_items(
     candidates: Iterable[str],
     references: Optional[Iterable[Sequence[str]]] = None,
     chunk_size: int = 1024,
+    *,
+    validate_image_entry: Callable[[Any, int], Any] = validate_image,
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
+
+    Each image entry goes through ``validate_image_entry(entry, index)`` (default :func:`validate_image`; a scorer
+    that also takes other entries, such as precomputed region features, passes its own). Within a chunk, equal
+    images held as :class:`ImageItem` share one copy of their data.
 
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
@@ -254,7 +261,7 @@ def iter_scoring_items(
     reference_iter = iter(references) if references is not None else None
     index = 0
     while True:
-        chunk_images: List[ImageItem] = []
+        chunk_images: List[Any] = []
         chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
         chunk_captions: List[str] = []
         chunk_refs: List[Tuple[str, ...]] = []
@@ -269,8 +276,10 @@ def iter_scoring_items(
                 if len(ended) < (3 if reference_iter is not None else 2):
                     raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {index} items")
                 break
-            item = validate_image(image, index)  # type: ignore[arg-type]
-            chunk_images.append(replace(item, data=chunk_data.setdefault(item.key, item.data)))
+            item = validate_image_entry(image, index)
+            if isinstance(item, ImageItem):
+                item = replace(item, data=chunk_data.setdefault(item.key, item.data))
+            chunk_images.append(item)
             chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
             if reference_iter is not None:
                 chunk_refs.append(validate_references(refs, index))

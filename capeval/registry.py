@@ -41,6 +41,9 @@ class MetricFamily:
     (a reference-free metric: giving references is an error)."""
     benchmark_metrics: Mapping[str, BenchmarkMetric]
     """Benchmark metric name (``ref_clip_s``) -> which result it reads."""
+    region_features: bool = False
+    """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand in
+    for the images."""
 
     def scorer_class(self) -> "Type[Scorer]":
         """The scorer class (imported now)."""
@@ -66,6 +69,11 @@ FAMILIES: Dict[str, MetricFamily] = {
                                  "template caption filled from CLIP grid features",
                      result_keys={"bridge_score": "BRIDGE"},
                      benchmark_metrics={"bridge": BenchmarkMetric("bridge_scores", False, "BRIDGE")}),
+        MetricFamily("tigerscore", "capeval.scorers.tiger:TIGErScore", references="required",
+                     description="TIGEr (Jiang et al., 2019): SCAN text-to-image grounding of candidate and references",
+                     result_keys={"tiger_score": "TIGEr"},
+                     benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")},
+                     region_features=True),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -23,10 +23,12 @@ from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
+from capeval.models.regions.files import read_region_features
 from capeval.options import check_positive_int
-from capeval.registry import BENCHMARK_METRICS, scorer_class
+from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
 
 if TYPE_CHECKING:
+    from capeval.models.regions.features import RegionFeatures
     from capeval.scorers.base import Scorer
 
 ModelRef = Union[str, "os.PathLike[str]"]
@@ -83,6 +85,28 @@ def assign_models(
     return {name: models.get(name, model) for name in embedding}
 
 
+class RegionFeatureMetric(ScorerMetric):
+    """A region-based scorer's result (TIGEr) read from precomputed region features keyed by image id, so that the
+    benchmark's images are not needed: each item's image name (or file name, or stem) finds its features."""
+
+    needs_images = False
+
+    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool,
+                 regions: Mapping[str, "RegionFeatures"], source: str) -> None:
+        super().__init__(scorer, result_key, uses_references)
+        self.regions = regions
+        self.source = source
+
+    def _lookup(self, image: str) -> "RegionFeatures":
+        for key in (image, Path(image).name, Path(image).stem):
+            if key in self.regions:
+                return self.regions[key]
+        raise InputError(f"{self.source} has no region features for image {image!r}")
+
+    def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
+        return super().__call__([self._lookup(image) for image in images], candidates, references)  # type: ignore[arg-type]
+
+
 def builtin_metrics(
     names: Sequence[str],
     *,
@@ -91,13 +115,16 @@ def builtin_metrics(
     device: Optional[str] = None,
     batch_size: int = 64,
     progress: bool = False,
+    regions: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
 
     The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) with the same model share one scorer
     (``clip_s``/``ref_clip_s`` one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``), so each
     encodes every image and text once. ``models`` (metric name -> folder or hub id) and ``model`` choose the models,
-    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars.
+    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz`` keyed
+    by image id or a bottom-up ``.tsv``) gives region-based metrics (``tiger``) their precomputed region features
+    instead of the images.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
@@ -108,6 +135,7 @@ def builtin_metrics(
     chosen = assign_models(names, model, models)
     scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
+    region_table: Optional[Dict[str, "RegionFeatures"]] = None
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
@@ -117,7 +145,13 @@ def builtin_metrics(
         if key not in scorers:
             scorers[key] = scorer_class(family)(model=chosen[name], device=device, batch_size=batch_size,
                                                 progress=progress)
-        metrics[name] = ScorerMetric(scorers[key], metric.result_key, metric.uses_references)
+        if regions is not None and FAMILIES[family].region_features:
+            if region_table is None:
+                region_table = read_region_features(regions)
+            metrics[name] = RegionFeatureMetric(scorers[key], metric.result_key, metric.uses_references,
+                                                region_table, str(regions))
+        else:
+            metrics[name] = ScorerMetric(scorers[key], metric.result_key, metric.uses_references)
     return metrics
 
 

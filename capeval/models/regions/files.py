@@ -1,0 +1,90 @@
+"""Precomputed region-feature files, keyed by image id.
+
+Two layouts are read:
+
+* ``.npz``: one entry per image id. The value is either a ``(regions, dim)`` float array of features, or a 0-d
+  structured array with a ``features`` field and optional ``boxes`` and ``image_size`` fields (capeval's extraction
+  files). Files are opened with ``allow_pickle=False``.
+* ``.tsv``: the layout of bottom-up-attention's ``generate_tsv.py``. Each tab-separated line is
+  ``image_id, image_w, image_h, num_boxes, boxes, features``; ``boxes`` and ``features`` are base64-encoded float32
+  arrays of ``num_boxes x 4`` and ``num_boxes x dim`` values.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import sys
+from pathlib import Path
+from typing import Dict, Union
+
+import numpy as np
+
+from capeval.inputs import InputError
+from capeval.models.regions.features import RegionFeatures
+
+TSV_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
+
+
+def read_region_features(path: Union[str, Path]) -> Dict[str, RegionFeatures]:
+    """Image id -> :class:`RegionFeatures` of a ``.npz`` or bottom-up ``.tsv`` file (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"region feature file {str(path)!r} does not exist")
+    if path.suffix == ".npz":
+        return _read_npz(path)
+    if path.suffix in (".tsv", ".txt"):
+        return _read_tsv(path)
+    raise InputError(f"region feature file {str(path)!r}: expected a .npz or a bottom-up .tsv file")
+
+
+def _read_npz(path: Path) -> Dict[str, RegionFeatures]:
+    regions: Dict[str, RegionFeatures] = {}
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            for image_id in archive.files:
+                value = archive[image_id]
+                if value.dtype.names is None:
+                    regions[image_id] = RegionFeatures(features=value)
+                elif "features" in value.dtype.names:
+                    fields = value.dtype.names
+                    regions[image_id] = RegionFeatures(
+                        features=value["features"][()],
+                        boxes=value["boxes"][()] if "boxes" in fields else None,
+                        image_size=tuple(value["image_size"][()]) if "image_size" in fields else None)
+                else:
+                    raise InputError(f"{path}[{image_id!r}] is a structured array without a 'features' field")
+    except (ValueError, OSError) as error:
+        raise InputError(f"region feature file {str(path)!r} is not a readable .npz without pickles: {error}") from None
+    return regions
+
+
+def _decode_array(text: str, rows: int, where: str) -> np.ndarray:
+    try:
+        values = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.float32)
+    except (binascii.Error, ValueError) as error:
+        raise InputError(f"{where} is not base64-encoded float32 data: {error}") from None
+    if rows < 1 or values.size % rows:
+        raise InputError(f"{where} holds {values.size} values, not a multiple of num_boxes = {rows}")
+    return values.reshape(rows, -1)
+
+
+def _read_tsv(path: Path) -> Dict[str, RegionFeatures]:
+    csv.field_size_limit(sys.maxsize)
+    regions: Dict[str, RegionFeatures] = {}
+    with path.open(newline="") as handle:
+        for line_number, row in enumerate(csv.DictReader(handle, fieldnames=TSV_FIELDS, delimiter="\t"), start=1):
+            where = f"{path}:{line_number}"
+            if None in row or any(row[name] is None for name in TSV_FIELDS):
+                raise InputError(f"{where}: expected the {len(TSV_FIELDS)} tab-separated fields {TSV_FIELDS}")
+            try:
+                count = int(row["num_boxes"])
+                size = (float(row["image_w"]), float(row["image_h"]))
+            except ValueError as error:
+                raise InputError(f"{where}: num_boxes, image_w and image_h must be numbers: {error}") from None
+            boxes = _decode_array(row["boxes"], count, f"{where} boxes")
+            if boxes.shape[1] != 4:
+                raise InputError(f"{where}: boxes hold {boxes.shape[1]} values per region, not 4")
+            regions[row["image_id"]] = RegionFeatures(features=_decode_array(row["features"], count, f"{where} features"),
+                                                      boxes=boxes, image_size=size)
+    return regions

@@ -1,0 +1,89 @@
+"""Load a converted SCAN model (``model.safetensors`` + ``config.json`` + ``vocab.json``, as written by
+``conversion/convert_scan.py``) from a hub id or a local folder, once per process."""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+from safetensors.torch import load_file
+
+from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.models.scan.configuration import CONFIG_NAME, ScanConfig
+from capeval.models.scan.modeling import ScanModel
+from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
+from capeval.runtime import DeviceLike, resolve_device
+
+ModelRef = Union[str, "os.PathLike[str]"]
+WEIGHTS_NAME = "model.safetensors"
+DEFAULT_MODEL = "capeval/tiger-scan-coco"
+HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
+
+
+@dataclass(frozen=True)
+class LoadedScan:
+    """A SCAN model with its tokenizer, where it came from, and the device it runs on (float32, as trained)."""
+
+    model: ScanModel
+    tokenizer: ScanTokenizer
+    name: str
+    revision: Optional[str]
+    folder: Path
+    device: torch.device
+    _fingerprint: Dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def config(self) -> ScanConfig:
+        return self.model.config
+
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of the model folder (keys the on-disk caches)."""
+        if "value" not in self._fingerprint:
+            self._fingerprint["value"] = folder_fingerprint(self.folder)
+        return self._fingerprint["value"]
+
+
+def load_scan_model(folder: Union[str, Path], device: Union[str, torch.device] = "cpu") -> ScanModel:
+    """Build a :class:`ScanModel` from ``config.json`` and load ``model.safetensors`` strictly (every weight present,
+    no extra ones)."""
+    folder = Path(folder)
+    config = ScanConfig.load(folder)
+    model = ScanModel(config)
+    state = load_file(str(folder / WEIGHTS_NAME))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{folder / WEIGHTS_NAME} does not match config.json: missing {sorted(missing)}, "
+                         f"unexpected {sorted(unexpected)}")
+    return model.to(device).eval()
+
+
+_CACHE: Dict[Tuple[str, Optional[str], str], LoadedScan] = {}
+_LOCK = threading.Lock()
+
+
+def load_scan(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None, device: DeviceLike = None,
+              punkt=None) -> LoadedScan:
+    """Load (or reuse) a SCAN model and its tokenizer; ``device`` defaults to Accelerate's process device.
+
+    ``punkt`` are NLTK Punkt parameters for the tokenizer (default: the installed English ``punkt_tab``)."""
+    name = str(model)
+    revision = pinned_revision(name, revision)
+    target = resolve_device(device)
+    key = (name, revision, str(target))
+    with _LOCK:
+        if key not in _CACHE or punkt is not None:
+            folder = resolve_model_folder(name, revision, HUB_FILES, "conversion/convert_scan.py")
+            tokenizer = ScanTokenizer.from_folder(folder, punkt)
+            scan = load_scan_model(folder, target)
+            if len(tokenizer) != scan.config.vocab_size:
+                raise ValueError(f"{folder}: {VOCAB_NAME} has {len(tokenizer)} words, the embedding "
+                                 f"{scan.config.vocab_size} rows")
+            loaded = LoadedScan(scan, tokenizer, name, revision, folder, target)
+            if punkt is not None:
+                return loaded
+            _CACHE[key] = loaded
+        return _CACHE[key]

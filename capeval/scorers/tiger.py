@@ -1,0 +1,293 @@
+"""TIGEr (Jiang et al., 2019): region features and captions -> SCAN embeddings and grounding vectors (engine) ->
+per-item RRS, WDS and TIGEr (:mod:`capeval.functional.tiger`).
+
+Three kinds of rows go through the shared engine, each computed once per distinct input and cached in memory and,
+with ``cache_dir``, on disk: the SCAN embedding of an image's regions (keyed by the features' content), the word
+embeddings of a caption (keyed by its text), and the grounding vector of a (regions, caption) pair.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
+from capeval.functional import tiger as functional
+from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
+from capeval.models.regions.extraction import RegionExtractor
+from capeval.models.regions.features import RegionFeatures
+from capeval.models.regions.loading import DEFAULT_DETECTOR, load_detector
+from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
+from capeval.runtime import DeviceLike
+from capeval.scorers.base import Scorer
+
+PathLike = Union[str, "os.PathLike[str]"]
+RegionSource = Union[None, str, "os.PathLike[str]", Callable[[List[Any]], List[RegionFeatures]]]
+"""Where region features of image entries come from: a detector hub id or folder, or a callable (see TIGErScore)."""
+
+NUM_REGIONS = 36
+"""Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
+GROUNDING_VERSION = "1"
+"""Bumped whenever the grounding arithmetic changes, so that old cached grounding vectors are not reused."""
+
+
+@dataclass(frozen=True)
+class TigerSpec:
+    name: str = "tiger_score"
+    label: str = "TIGEr"
+    accelerator_precision: str = "fp32"
+    """SCAN runs in float32 everywhere, as trained; the grounding maths is float64 NumPy."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyedRegions:
+    """Validated region features with their content key (hashed once per distinct input object)."""
+
+    key: str
+    regions: RegionFeatures
+
+
+class RegionEmbeddings(RowProducer[KeyedRegions]):
+    """SCAN image-encoder output of an image's regions, flattened to one row of ``regions * embed_size``."""
+
+    kind = "scan_regions"
+
+    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
+        self.scan, self.batch_size = scan, batch_size
+
+    def key(self, item: KeyedRegions) -> str:
+        return item.key
+
+    def cache_key(self) -> str:
+        return f"{self.scan.fingerprint}|scan-image-encoder"
+
+    def plan(self, items: Mapping[str, KeyedRegions]) -> List[Batch]:
+        return fixed_size_batches(items, self.batch_size)
+
+    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
+        for batch in batches:
+            features = torch.from_numpy(np.stack([item.regions.features for item in batch]))
+            yield to_rows(self.scan.model.encode_regions(features.to(self.scan.device))).reshape(len(batch), -1)
+
+
+class WordEmbeddings(RowProducer[str]):
+    """SCAN text-encoder output of a caption: ``(words, embed_size)`` flattened to one row (``<start>``/``<end>``
+    included), so rows differ in length."""
+
+    kind = "scan_words"
+
+    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
+        self.scan, self.batch_size = scan, batch_size
+
+    def key(self, item: str) -> str:
+        return _digest(item)
+
+    def cache_key(self) -> str:
+        return f"{self.scan.fingerprint}|scan-text-encoder|{self.scan.tokenizer.fingerprint}"
+
+    def plan(self, items: Mapping[str, str]) -> List[Batch]:
+        """Batches of captions of similar token count, so that the padded GRU batches stay short."""
+        ids = {key: self.scan.tokenizer.encode(text) for key, text in items.items()}
+        ordered = sorted(ids, key=lambda key: len(ids[key]))
+        return [[(key, ids[key]) for key in ordered[start:start + self.batch_size]]
+                for start in range(0, len(ordered), self.batch_size)]
+
+    def encode(self, batches: List[List[Any]]) -> Iterator[List[np.ndarray]]:
+        for batch in batches:
+            yield [to_rows(words).reshape(-1) for words in self.scan.model.encode_token_ids(batch)]
+
+
+@dataclass(frozen=True)
+class GroundingPair:
+    """A caption to ground in an image: the keys of both and their SCAN embeddings."""
+
+    regions_key: str
+    text_key: str
+    regions: np.ndarray
+    words: np.ndarray
+
+
+class GroundingVectors(RowProducer[GroundingPair]):
+    """Per-region grounding ``s_i`` of a caption in an image (float64, :func:`capeval.functional.tiger.grounding`)."""
+
+    kind = "tiger_grounding"
+
+    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
+        self.scan, self.batch_size = scan, batch_size
+
+    def key(self, item: GroundingPair) -> str:
+        return f"{item.regions_key}:{item.text_key}"
+
+    def cache_key(self) -> str:
+        return (f"{self.scan.fingerprint}|{self.scan.tokenizer.fingerprint}|grounding-{GROUNDING_VERSION}"
+                f"|lambda_softmax={self.scan.config.lambda_softmax}")
+
+    def plan(self, items: Mapping[str, GroundingPair]) -> List[Batch]:
+        return fixed_size_batches(items, self.batch_size)
+
+    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
+        lambda_softmax = self.scan.config.lambda_softmax
+        for batch in batches:
+            yield np.stack([functional.grounding(pair.regions, pair.words, lambda_softmax) for pair in batch])
+
+
+class TIGErScore(Scorer):
+    """TIGEr (Jiang et al., 2019) with the SCAN grounding model; references are required.
+
+    Args:
+        model: hub id or local folder of a converted SCAN model (``conversion/convert_scan.py``); default
+            ``capeval/tiger-scan-coco``.
+        revision: hub revision; capeval's pinned revision for the default model when ``None``.
+        regions: where region features of image entries come from. Entries that are :class:`RegionFeatures` are
+            used as given and never need a detector. For other entries (path, PIL image, array, bytes): ``None``
+            loads the default bottom-up detector (``capeval/bottom-up-frcnn-r101-vg``, 36 fixed regions as
+            ``generate_tsv.py``) when the first one is met; a string is the hub id or folder of a converted
+            detector; a :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its
+            settings and cache); any other callable maps a list of PIL images to a list of :class:`RegionFeatures`.
+        device: torch device; Accelerate's ``PartialState().device`` when ``None``.
+        batch_size: images per forward pass of the SCAN image encoder, and (regions, caption) pairs per grounding
+            batch.
+        text_batch_size: captions per forward pass of the GRU text encoder (sorted by length; larger batches use the
+            CPU better).
+        cache_dir: folder of the on-disk cache of region embeddings, word embeddings and grounding vectors.
+        chunk_size: items validated and scored at a time.
+        progress: show progress bars.
+    """
+
+    spec = TigerSpec()
+    references_required = True
+    per_item_only = ("rrs_score", "wds_score")
+
+    def __init__(
+        self,
+        model: Optional[PathLike] = None,
+        revision: Optional[str] = None,
+        regions: RegionSource = None,
+        device: DeviceLike = None,
+        batch_size: int = 64,
+        precision: str = "auto",
+        cache_dir: Optional[PathLike] = None,
+        *,
+        text_batch_size: int = 256,
+        chunk_size: int = 1024,
+        progress: bool = False,
+    ) -> None:
+        super().__init__(device, precision, chunk_size=chunk_size)
+        if self.precision != "fp32":
+            raise ValueError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
+                             f"{self.precision!r}")
+        if batch_size < 1 or text_batch_size < 1:
+            raise ValueError("batch sizes must be positive")
+        self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
+        self._region_source = regions
+        self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
+        self.engine = EmbeddingEngine([RegionEmbeddings(self.scan, batch_size), WordEmbeddings(self.scan, text_batch_size),
+                                       GroundingVectors(self.scan, batch_size)], cache_dir=cache_dir,
+                                      progress=progress)
+        self._undefined = functional.UndefinedCounts()
+        self._keyed: Dict[int, Tuple[RegionFeatures, KeyedRegions]] = {}
+
+    def signature_fields(self) -> Sequence[Tuple[str, object]]:
+        scan = self.scan
+        revision = scan.revision if scan.revision is not None else f"local-{scan.fingerprint[:12]}"
+        import nltk
+
+        return [("model", scan.name), ("revision", revision), ("lambda", scan.config.lambda_softmax),
+                ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
+
+    def score(self, images: Iterable[Any], candidates: Iterable[str],
+              references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
+        """Per-item ``tiger_scores``, ``rrs_scores``, ``wds_scores`` and the corpus ``tiger_score`` (their mean).
+
+        Items where the original code raises get the results defined in :mod:`capeval.functional.tiger`; a warning
+        gives their number."""
+        self._undefined = functional.UndefinedCounts()
+        self._keyed.clear()
+        result = super().score(images, candidates, references)
+        counts = self._undefined
+        if counts.total():
+            warnings.warn(
+                f"TIGEr: the original code raises for {counts.total()} item(s), which got defined results: "
+                f"{counts.constant_reference_grounding} with constant reference grounding (RRS = 1), "
+                f"{counts.constant_candidate_grounding} with constant candidate grounding (regions ranked in order), "
+                f"{counts.wds_overflow} with an overflowing WDS sigmoid (WDS = 0)", stacklevel=2)
+        return result
+
+    def _chunks(self, images: Iterable[Any], candidates: Iterable[str],
+                references: Optional[Iterable[Sequence[str]]]) -> Iterator[ScoringItems]:
+        """Chunks whose image entries are validated :class:`RegionFeatures` (36 rows of ``img_dim`` features) or,
+        for images, :class:`ImageItem` objects whose regions the detector gives in :meth:`_score_chunk`."""
+        return iter_scoring_items(images, candidates, references, self.chunk_size,
+                                  validate_image_entry=self._validate_entry)
+
+    def _validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem]:
+        """Region features validated and hashed once per distinct object (an image's regions are usually passed
+        for each of its candidates); other entries validated as images."""
+        if not isinstance(entry, RegionFeatures):
+            return validate_image(entry, index)
+        known = self._keyed.get(id(entry))
+        if known is None or known[0] is not entry:
+            known = (entry, self._keyed_regions(entry, index))
+            self._keyed[id(entry)] = known
+        return known[1]
+
+    def _keyed_regions(self, regions: RegionFeatures, index: int) -> KeyedRegions:
+        valid = regions.validated(index, feature_dim=self.scan.config.img_dim, num_regions=NUM_REGIONS)
+        return KeyedRegions(valid.content_key(), valid)
+
+    def _regions_of_images(self, items: Sequence[ImageItem]) -> List[KeyedRegions]:
+        """Region features of image entries from the region source (the detector is loaded when first needed)."""
+        if self._extractor is None:
+            self._extractor = self._load_extractor()
+        if isinstance(self._extractor, RegionExtractor):
+            regions = [RegionFeatures(found.features, found.boxes, found.image_size)
+                       for found in self._extractor.detections(items)]
+        else:
+            regions = self._extractor([item.open() for item in items])
+            if len(regions) != len(items):
+                raise ValueError(f"the region source returned {len(regions)} results for {len(items)} images")
+        return [self._keyed_regions(region, item.index) for item, region in zip(items, regions)]
+
+    def _load_extractor(self) -> Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]:
+        source = self._region_source
+        if callable(source):
+            return source
+        return RegionExtractor(load_detector(source if source is not None else DEFAULT_DETECTOR, device=self.device))
+
+    def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
+        entries = list(chunk.images)
+        needing_detector = [position for position, entry in enumerate(entries) if isinstance(entry, ImageItem)]
+        if needing_detector:
+            detected = self._regions_of_images([entries[position] for position in needing_detector])
+            for position, regions in zip(needing_detector, detected):
+                entries[position] = regions
+        assert chunk.references is not None  # references_required
+        embed_size = self.scan.config.embed_size
+        distinct_regions = {entry.key: entry for entry in entries}
+        region_rows = dict(zip(distinct_regions, self.engine.row_list("scan_regions", list(distinct_regions.values()))))
+        texts = list(dict.fromkeys([*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]))
+        words = dict(zip(texts, self.engine.row_list("scan_words", texts)))
+        pairs: List[GroundingPair] = []
+        for entry, candidate, refs in zip(entries, chunk.candidates, chunk.references):
+            for text in (candidate, *refs):
+                pairs.append(GroundingPair(entry.key, _digest(text), region_rows[entry.key].reshape(-1, embed_size),
+                                           words[text].reshape(-1, embed_size)))
+        groundings = self.engine.rows("tiger_grounding", pairs)
+        r_rows, c_rows, position = [], [], 0
+        for refs in chunk.references:
+            c_rows.append(groundings[position])
+            r_rows.append(functional.mean_reference_grounding(list(groundings[position + 1:position + 1 + len(refs)])))
+            position += 1 + len(refs)
+        scores = functional.tiger(np.stack(r_rows), np.stack(c_rows))
+        self._undefined = self._undefined + scores.undefined
+        self._keyed.clear()
+        return {"tiger_score": scores.tiger, "rrs_score": scores.rrs, "wds_score": scores.wds}

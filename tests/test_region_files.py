@@ -1,0 +1,55 @@
+"""Precomputed region-feature files: ``.npz`` keyed by image id and bottom-up-attention ``.tsv``."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from capeval import InputError
+from capeval.models.regions.files import read_region_features
+
+
+def test_npz_plain_and_structured(tmp_path: Path) -> None:
+    features = np.arange(12, dtype=np.float32).reshape(3, 4)
+    record = np.zeros((), dtype=[("features", np.float32, (2, 4)), ("boxes", np.float32, (2, 4)),
+                                 ("image_size", np.float64, (2,))])
+    record["features"] = 1.5
+    record["boxes"] = [[0, 0, 5, 5], [1, 1, 3, 4]]
+    record["image_size"] = (10, 8)
+    np.savez(tmp_path / "regions.npz", **{"1000": features, "2000": record})
+    regions = read_region_features(tmp_path / "regions.npz")
+    assert sorted(regions) == ["1000", "2000"]
+    np.testing.assert_array_equal(regions["1000"].features, features)
+    assert regions["1000"].boxes is None
+    np.testing.assert_array_equal(regions["2000"].features, np.full((2, 4), 1.5, dtype=np.float32))
+    np.testing.assert_array_equal(regions["2000"].boxes, [[0, 0, 5, 5], [1, 1, 3, 4]])
+    assert regions["2000"].image_size == (10.0, 8.0)
+
+
+def test_bottom_up_tsv(tmp_path: Path) -> None:
+    features = np.linspace(0, 1, 2 * 5, dtype=np.float32).reshape(2, 5)
+    boxes = np.array([[0, 0, 9, 9], [2, 3, 4, 5]], dtype=np.float32)
+    encode = lambda array: base64.b64encode(array.tobytes()).decode()  # noqa: E731
+    (tmp_path / "regions.tsv").write_text(f"42\t640\t480\t2\t{encode(boxes)}\t{encode(features)}\n")
+    regions = read_region_features(tmp_path / "regions.tsv")
+    np.testing.assert_array_equal(regions["42"].features, features)
+    np.testing.assert_array_equal(regions["42"].boxes, boxes)
+    assert regions["42"].image_size == (640.0, 480.0)
+
+
+def test_bad_files_name_the_problem(tmp_path: Path) -> None:
+    (tmp_path / "short.tsv").write_text("42\t640\t480\n")
+    with pytest.raises(InputError, match="short.tsv:1: expected the 6 tab-separated fields"):
+        read_region_features(tmp_path / "short.tsv")
+    (tmp_path / "odd.tsv").write_text(f"42\t640\t480\t3\t{base64.b64encode(np.zeros(12, np.float32).tobytes()).decode()}"
+                                      f"\t{base64.b64encode(np.zeros(10, np.float32).tobytes()).decode()}\n")
+    with pytest.raises(InputError, match="odd.tsv:1 features holds 10 values, not a multiple of num_boxes = 3"):
+        read_region_features(tmp_path / "odd.tsv")
+    np.savez(tmp_path / "objects.npz", a=np.array([object()], dtype=object))
+    with pytest.raises(InputError, match="not a readable .npz without pickles"):
+        read_region_features(tmp_path / "objects.npz")
+    (tmp_path / "regions.json").write_text("{}")
+    with pytest.raises(InputError, match="expected a .npz or a bottom-up .tsv"):
+        read_region_features(tmp_path / "regions.json")
