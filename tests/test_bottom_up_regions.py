@@ -31,7 +31,7 @@ def config() -> BottomUpConfig:
 
 @pytest.fixture(scope="module")
 def reference_state(config: BottomUpConfig) -> dict:
-    return synthetic_reference_state_dict(cell_anchors(config))
+    return synthetic_reference_state_dict({CELL_ANCHORS_KEY: cell_anchors(config)})
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torchvision.ops import nms, roi_pool
 
-from capeval.models.regions.configuration import RES5_BLOCKS, RESNET_BLOCKS, BottomUpConfig
+from capeval.models.regions.configuration import RESNET_BLOCKS, BottomUpConfig
+from capeval.models.regions.resnet import Backbone, resnet_stage
 
 BACKBONE_STRIDE = 16
 """res4 is 16 times coarser than the input: the stride of the anchors and the RoIPool scale."""
@@ -29,101 +30,14 @@ BOX_SCALE_CLAMP = math.log(1000.0 / 16)
 """Largest log-scale applied by box deltas (detectron2's default, used by the reference)."""
 
 
-class FrozenBatchNorm2d(nn.Module):
-    """Batch norm with fixed statistics and affine terms (Caffe BatchNorm with global stats + Scale)."""
-
-    def __init__(self, channels: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.register_buffer("weight", torch.ones(channels))
-        self.register_buffer("bias", torch.zeros(channels))
-        self.register_buffer("running_mean", torch.zeros(channels))
-        self.register_buffer("running_var", torch.ones(channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-
-
-class Bottleneck(nn.Module):
-    """1x1 -> 3x3 -> 1x1 residual block, each conv without bias and followed by frozen batch norm."""
-
-    def __init__(self, in_channels: int, bottleneck_channels: int, out_channels: int, *, stride: int, dilation: int,
-                 stride_in_1x1: bool, eps: float) -> None:
-        super().__init__()
-        stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)
-        self.conv1 = nn.Conv2d(in_channels, bottleneck_channels, 1, stride=stride_1x1, bias=False)
-        self.norm1 = FrozenBatchNorm2d(bottleneck_channels, eps)
-        self.conv2 = nn.Conv2d(bottleneck_channels, bottleneck_channels, 3, stride=stride_3x3, padding=dilation,
-                               dilation=dilation, bias=False)
-        self.norm2 = FrozenBatchNorm2d(bottleneck_channels, eps)
-        self.conv3 = nn.Conv2d(bottleneck_channels, out_channels, 1, bias=False)
-        self.norm3 = FrozenBatchNorm2d(out_channels, eps)
-        self.shortcut = None
-        self.shortcut_norm = None
-        if in_channels != out_channels:
-            self.shortcut = nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False)
-            self.shortcut_norm = FrozenBatchNorm2d(out_channels, eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.norm1(self.conv1(x)))
-        out = F.relu(self.norm2(self.conv2(out)))
-        out = self.norm3(self.conv3(out))
-        shortcut = x if self.shortcut is None else self.shortcut_norm(self.shortcut(x))
-        return F.relu(out + shortcut)
-
-
-def _stage(num_blocks: int, in_channels: int, bottleneck_channels: int, out_channels: int, *, stride: int,
-           dilation: int, config: BottomUpConfig) -> nn.Sequential:
-    blocks = []
-    for index in range(num_blocks):
-        blocks.append(Bottleneck(in_channels if index == 0 else out_channels, bottleneck_channels, out_channels,
-                                 stride=stride if index == 0 else 1, dilation=dilation,
-                                 stride_in_1x1=config.stride_in_1x1, eps=config.batch_norm_eps))
-    return nn.Sequential(*blocks)
-
-
-class Stem(nn.Module):
-    """7x7/2 conv, frozen batch norm, ReLU, 3x3/2 max pool (Caffe's ceil-mode unpadded pool or padding 1)."""
-
-    def __init__(self, config: BottomUpConfig) -> None:
-        super().__init__()
-        self.caffe_maxpool = config.caffe_maxpool
-        self.conv = nn.Conv2d(3, config.stem_out_channels, 7, stride=2, padding=3, bias=False)
-        self.norm = FrozenBatchNorm2d(config.stem_out_channels, config.batch_norm_eps)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.norm(self.conv(x)))
-        if self.caffe_maxpool:
-            return F.max_pool2d(x, kernel_size=3, stride=2, padding=0, ceil_mode=True)
-        return F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
-
-
-class Backbone(nn.Module):
-    """Stem and res2-res4 of the ResNet: the stride-16 feature map shared by the RPN and RoI pooling."""
-
-    def __init__(self, config: BottomUpConfig) -> None:
-        super().__init__()
-        self.stem = Stem(config)
-        blocks = RESNET_BLOCKS[config.depth]
-        in_channels, bottleneck, out_channels = config.stem_out_channels, config.bottleneck_channels, \
-            config.res2_out_channels
-        for stage, (num_blocks, stride) in enumerate(zip(blocks, (1, 2, 2)), start=2):
-            self.add_module(f"res{stage}", _stage(num_blocks, in_channels, bottleneck, out_channels, stride=stride,
-                                                  dilation=1, config=config))
-            in_channels, bottleneck, out_channels = out_channels, bottleneck * 2, out_channels * 2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.res4(self.res3(self.res2(self.stem(x))))
-
-
 class RegionProposalHead(nn.Module):
-    """3x3 conv + ReLU, then per-anchor objectness logits and box deltas."""
+    """3x3 conv + ReLU, then per-anchor objectness logits and box deltas (shared by every level of a pyramid)."""
 
-    def __init__(self, config: BottomUpConfig) -> None:
+    def __init__(self, in_channels: int, hidden_channels: int, num_anchors: int) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(config.res4_channels, config.rpn_hidden_channels, 3, padding=1)
-        self.objectness = nn.Conv2d(config.rpn_hidden_channels, config.num_anchors, 1)
-        self.anchor_deltas = nn.Conv2d(config.rpn_hidden_channels, config.num_anchors * 4, 1)
+        self.conv = nn.Conv2d(in_channels, hidden_channels, 3, padding=1)
+        self.objectness = nn.Conv2d(hidden_channels, num_anchors, 1)
+        self.anchor_deltas = nn.Conv2d(hidden_channels, num_anchors * 4, 1)
 
     def forward(self, features: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Logits (N, H*W*A) and deltas (N, H*W*A, 4), ordered by row, column, then anchor."""
@@ -166,11 +80,13 @@ def cell_anchors(config: BottomUpConfig) -> torch.Tensor:
     return torch.tensor(anchors, dtype=torch.float32)
 
 
-def decode_boxes(deltas: torch.Tensor, boxes: torch.Tensor, weights: Sequence[float]) -> torch.Tensor:
+def decode_boxes(deltas: torch.Tensor, boxes: torch.Tensor, weights: Sequence[float],
+                 pixel_offset: float = 0.0) -> torch.Tensor:
     """Apply (dx, dy, dw, dh) deltas, (R, 4k), to (R, 4) boxes: centre shift by d * size, size scaled by exp(d);
-    deltas are divided by ``weights`` and the log-scales clamped at log(1000/16)."""
-    widths = boxes[:, 2] - boxes[:, 0]
-    heights = boxes[:, 3] - boxes[:, 1]
+    deltas are divided by ``weights`` and the log-scales clamped at log(1000/16). ``pixel_offset`` 1 is the
+    Detectron / maskrcnn-benchmark convention (a box's width is ``x2 - x1 + 1``, and 1 comes off the new x2, y2)."""
+    widths = boxes[:, 2] - boxes[:, 0] + pixel_offset
+    heights = boxes[:, 3] - boxes[:, 1] + pixel_offset
     ctr_x = boxes[:, 0] + 0.5 * widths
     ctr_y = boxes[:, 1] + 0.5 * heights
     wx, wy, ww, wh = weights
@@ -184,17 +100,58 @@ def decode_boxes(deltas: torch.Tensor, boxes: torch.Tensor, weights: Sequence[fl
     decoded = torch.empty_like(deltas)
     decoded[:, 0::4] = pred_ctr_x - 0.5 * pred_w
     decoded[:, 1::4] = pred_ctr_y - 0.5 * pred_h
-    decoded[:, 2::4] = pred_ctr_x + 0.5 * pred_w
-    decoded[:, 3::4] = pred_ctr_y + 0.5 * pred_h
+    decoded[:, 2::4] = pred_ctr_x + 0.5 * pred_w - pixel_offset
+    decoded[:, 3::4] = pred_ctr_y + 0.5 * pred_h - pixel_offset
     return decoded
 
 
-def clip_boxes(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Boxes (R, 4k) clamped to [0, width] x [0, height]."""
+def clip_boxes(boxes: torch.Tensor, height: int, width: int, pixel_offset: float = 0.0) -> torch.Tensor:
+    """Boxes (R, 4k) clamped to [0, width - pixel_offset] x [0, height - pixel_offset]."""
     clipped = boxes.clone()
-    clipped[:, 0::2] = clipped[:, 0::2].clamp(min=0, max=width)
-    clipped[:, 1::2] = clipped[:, 1::2].clamp(min=0, max=height)
+    clipped[:, 0::2] = clipped[:, 0::2].clamp(min=0, max=width - pixel_offset)
+    clipped[:, 1::2] = clipped[:, 1::2].clamp(min=0, max=height - pixel_offset)
     return clipped
+
+
+def shifted_anchors(cell: torch.Tensor, stride: int, height: int, width: int, offset: float = 0.0) -> torch.Tensor:
+    """(H*W*A, 4) copies of the (A, 4) ``cell`` anchors centred on every position of an HxW map of the given
+    stride (first position at ``offset`` pixels), ordered by row, column, then cell anchor."""
+    shifts_x = torch.arange(offset, width * stride, step=stride, dtype=torch.float32, device=cell.device)
+    shifts_y = torch.arange(offset, height * stride, step=stride, dtype=torch.float32, device=cell.device)
+    grid_y, grid_x = torch.meshgrid(shifts_y, shifts_x, indexing="ij")
+    grid_x, grid_y = grid_x.reshape(-1), grid_y.reshape(-1)
+    shifts = torch.stack((grid_x, grid_y, grid_x, grid_y), dim=1)
+    return (shifts.view(-1, 1, 4) + cell.view(1, -1, 4)).reshape(-1, 4)
+
+
+def nms_with_offset(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
+                    pixel_offset: float = 0.0) -> torch.Tensor:
+    """``torchvision.ops.nms``; ``pixel_offset`` 1 gives the Caffe / Detectron / maskrcnn-benchmark IoU, whose
+    areas and overlaps count ``x2 - x1 + 1`` pixels (obtained exactly by shifting x2 and y2 by one)."""
+    if pixel_offset:
+        boxes = boxes.clone()
+        boxes[:, 2:] += pixel_offset
+    return nms(boxes, scores, threshold)
+
+
+def propose_boxes(scores: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor, height: int, width: int, *,
+                  pre_nms_topk: int, post_nms_topk: int, nms_threshold: float, min_size: float,
+                  box_weights: Sequence[float], pixel_offset: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(boxes, scores) of one image's proposals from one map: the top ``pre_nms_topk`` anchors by score, decoded,
+    clipped to the image, small boxes dropped, NMS at ``nms_threshold``, the first ``post_nms_topk`` kept.
+    ``pixel_offset`` 0 is detectron2's convention (boxes with a side <= ``min_size`` dropped); 1 is
+    maskrcnn-benchmark's (+1 widths in decoding, clipping to ``size - 1``, sides ``x2 - x1 + 1 >= min_size`` kept,
+    +1 IoU)."""
+    order = scores.sort(descending=True, stable=True).indices[:pre_nms_topk]
+    boxes = clip_boxes(decode_boxes(deltas[order], anchors[order], box_weights, pixel_offset), height, width,
+                       pixel_offset)
+    scores = scores[order]
+    sides = torch.minimum(boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]) + pixel_offset
+    large = sides >= min_size if pixel_offset else sides > min_size
+    if not bool(large.all()):
+        boxes, scores = boxes[large], scores[large]
+    keep = nms_with_offset(boxes, scores, nms_threshold, pixel_offset)[:post_nms_topk]
+    return boxes[keep], scores[keep]
 
 
 @dataclass
@@ -202,12 +159,18 @@ class ImageRegions:
     """All RPN proposals of one image and what the heads say about them, in resized-image pixels."""
 
     proposals: torch.Tensor  # (R, 4) x1, y1, x2, y2
-    features: torch.Tensor  # (R, D) mean-pooled res5 output ("pool5_flat")
-    class_logits: torch.Tensor  # (R, C + 1), background last
-    attr_logits: torch.Tensor  # (R, num_attributes + 1), "no attribute" last
-    box_deltas: torch.Tensor  # (R, 4C)
+    features: torch.Tensor  # (R, D) region features (bottom-up: mean-pooled res5 "pool5_flat"; FPN: fc6)
+    class_logits: torch.Tensor  # (R, C + 1), background included
+    attr_logits: Optional[torch.Tensor]  # (R, num_attributes + 1), "no attribute" last; None without that head
+    box_deltas: Optional[torch.Tensor]  # (R, 4C); None when the detector's selection needs no box regression
     image_height: int  # resized image
     image_width: int
+    background_first: bool = False  # background is class 0 (maskrcnn-benchmark) instead of the last class
+
+    def foreground_scores(self) -> torch.Tensor:
+        """(R, C) softmax class probabilities with the background column removed."""
+        probabilities = torch.softmax(self.class_logits, dim=-1)
+        return probabilities[:, 1:] if self.background_first else probabilities[:, :-1]
 
 
 class BottomUpDetector(nn.Module):
@@ -218,42 +181,28 @@ class BottomUpDetector(nn.Module):
         self.config = config
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
-        self.backbone = Backbone(config)
-        self.rpn = RegionProposalHead(config)
+        self.backbone = Backbone(config, num_stages=3)
+        self.rpn = RegionProposalHead(config.res4_channels, config.rpn_hidden_channels, config.num_anchors)
         dilation = 1 if config.res5_halve else 2
-        self.res5 = _stage(RES5_BLOCKS, config.res4_channels, config.bottleneck_channels * 8,
-                           config.pooled_feature_dim, stride=2 if config.res5_halve else 1, dilation=dilation,
-                           config=config)
+        self.res5 = resnet_stage(RESNET_BLOCKS[config.depth][3], config.res4_channels,
+                                 config.bottleneck_channels * 8, config.pooled_feature_dim,
+                                 stride=2 if config.res5_halve else 1, dilation=dilation, config=config)
         self.heads = RegionHeads(config)
         self.register_buffer("cell_anchors", cell_anchors(config), persistent=False)
 
     def anchors(self, height: int, width: int) -> torch.Tensor:
         """(H*W*A, 4) anchors of an HxW res4 map, ordered by row, column, then cell anchor."""
-        offset = self.config.anchor_offset * BACKBONE_STRIDE
-        device = self.cell_anchors.device
-        shifts_x = torch.arange(offset, width * BACKBONE_STRIDE, step=BACKBONE_STRIDE, dtype=torch.float32,
-                                device=device)
-        shifts_y = torch.arange(offset, height * BACKBONE_STRIDE, step=BACKBONE_STRIDE, dtype=torch.float32,
-                                device=device)
-        grid_y, grid_x = torch.meshgrid(shifts_y, shifts_x, indexing="ij")
-        grid_x, grid_y = grid_x.reshape(-1), grid_y.reshape(-1)
-        shifts = torch.stack((grid_x, grid_y, grid_x, grid_y), dim=1)
-        return (shifts.view(-1, 1, 4) + self.cell_anchors.view(1, -1, 4)).reshape(-1, 4)
+        return shifted_anchors(self.cell_anchors, BACKBONE_STRIDE, height, width,
+                               self.config.anchor_offset * BACKBONE_STRIDE)
 
     def propose(self, logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor, height: int,
                 width: int) -> torch.Tensor:
-        """One image's proposals: the top ``rpn_pre_nms_topk`` anchors by objectness, decoded, clipped to the
-        image, boxes with a side <= ``rpn_min_box_size`` dropped, NMS, the first ``rpn_post_nms_topk`` kept."""
+        """One image's proposals (see :func:`propose_boxes`), ranked by objectness logit."""
         config = self.config
-        order = logits.sort(descending=True).indices[:config.rpn_pre_nms_topk]
-        boxes = clip_boxes(decode_boxes(deltas[order], anchors[order], config.rpn_box_weights), height, width)
-        scores = logits[order]
-        nonempty = ((boxes[:, 2] - boxes[:, 0]) > config.rpn_min_box_size) & \
-                   ((boxes[:, 3] - boxes[:, 1]) > config.rpn_min_box_size)
-        if not bool(nonempty.all()):
-            boxes, scores = boxes[nonempty], scores[nonempty]
-        keep = nms(boxes, scores, config.rpn_nms_threshold)[:config.rpn_post_nms_topk]
-        return boxes[keep]
+        boxes, _ = propose_boxes(logits, deltas, anchors, height, width, pre_nms_topk=config.rpn_pre_nms_topk,
+                                 post_nms_topk=config.rpn_post_nms_topk, nms_threshold=config.rpn_nms_threshold,
+                                 min_size=config.rpn_min_box_size, box_weights=config.rpn_box_weights)
+        return boxes
 
     def region_features(self, feature_map: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
         """(R, D): RoIPool on the res4 map of one image, res5, mean over the pooled grid."""
@@ -265,7 +214,7 @@ class BottomUpDetector(nn.Module):
     def forward(self, pixels: torch.Tensor, image_height: int, image_width: int) -> List[ImageRegions]:
         """Regions of a batch of preprocessed images of one size, (N, 3, image_height, image_width): images are
         batched by size only, never padded, so each image's result equals its result alone."""
-        feature_maps = self.backbone(pixels)
+        feature_maps = self.backbone(pixels)[-1]
         logits, deltas = self.rpn(feature_maps)
         anchors = self.anchors(feature_maps.shape[2], feature_maps.shape[3])
         results = []
