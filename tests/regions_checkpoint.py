@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Tuple
 
 import torch
 
@@ -53,3 +53,45 @@ def synthetic_reference_state_dict(anchors: Mapping[str, torch.Tensor], layout: 
                 fan_in *= size
             state[key] = torch.randn(shape, generator=generator) / fan_in ** 0.5
     return state
+
+
+def assert_conversion_refuses(convert, state: Mapping[str, torch.Tensor], anchor_key: str, required_key: str,
+                              required_name: str) -> None:
+    """``convert(state)`` must refuse changed anchors and a missing ``required_key`` (naming ``required_name``)."""
+    import pytest
+
+    broken = dict(state)
+    broken[anchor_key] = broken[anchor_key] + 1
+    with pytest.raises(ValueError, match="anchors"):
+        convert(broken)
+    broken = dict(state)
+    del broken[required_key]
+    with pytest.raises(ValueError, match=required_name):
+        convert(broken)
+
+
+def detector_folder_and_images(detector: torch.nn.Module, root: Path) -> Tuple[Path, Path]:
+    """(converted detector folder, folder of two random 40x32 JPEGs ``x`` and ``y``) under ``root``."""
+    import numpy as np
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    model_dir, images = root / "model", root / "images"
+    model_dir.mkdir()
+    images.mkdir()
+    save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
+    detector.config.save(model_dir / "config.json")
+    rng = np.random.default_rng(3)
+    for name in ("x", "y"):
+        Image.fromarray(rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)).save(images / f"{name}.jpg")
+    return model_dir, images
+
+
+def converted_detector(model_class: type, state: Mapping[str, torch.Tensor], config: object) -> torch.nn.Module:
+    """``model_class(config)`` in eval mode holding ``state`` converted by ``conversion/convert_regions.py``."""
+    from conversion.convert_regions import convert_state_dict
+
+    converted, _ = convert_state_dict(state, config)
+    model = model_class(config)
+    model.load_state_dict(converted, strict=True)
+    return model.eval()

@@ -11,7 +11,6 @@ import pytest
 import torch
 import yaml
 from PIL import Image
-from safetensors.torch import save_file
 
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions import DETECTORS
@@ -19,7 +18,8 @@ from capeval.models.regions.configuration import VILBERT, X152FpnConfig
 from capeval.models.regions.extraction import RegionExtractor, read_region_file
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors, pyramid_levels
 from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint
-from regions_checkpoint import X152_DATA, synthetic_reference_state_dict
+from regions_checkpoint import X152_DATA, assert_conversion_refuses, converted_detector, \
+    detector_folder_and_images, synthetic_reference_state_dict
 from test_bottom_up_regions import IMAGES, TOLERANCE, _encoded
 
 FULL_CARD = X152_DATA.parents[3] / "hub_models" / "capeval" / "vilbert-detector-x152-fpn"
@@ -49,10 +49,7 @@ def reference_state(reference_anchors: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def detector(config: X152FpnConfig, reference_state: dict) -> X152FpnDetector:
-    converted, _ = convert_state_dict(reference_state, config)
-    model = X152FpnDetector(config)
-    model.load_state_dict(converted, strict=True)
-    return model.eval()
+    return converted_detector(X152FpnDetector, reference_state, config)
 
 
 def test_anchors_equal_the_reference(config: X152FpnConfig, reference_anchors: dict) -> None:
@@ -83,14 +80,8 @@ def test_conversion_maps_every_key(config: X152FpnConfig, reference_state: dict,
     path = tmp_path / "detectron_model.pth"
     torch.save({"model": {"module." + k: v for k, v in reference_state.items()}, "iteration": 7}, path)
     assert set(load_checkpoint(path)) == set(reference_state)
-    broken = dict(reference_state)
-    broken[ANCHOR_KEY.format(2)] = broken[ANCHOR_KEY.format(2)] + 1
-    with pytest.raises(ValueError, match="anchors"):
-        convert_state_dict(broken, config)
-    broken = dict(reference_state)
-    del broken["backbone.fpn.fpn_layer2.bias"]
-    with pytest.raises(ValueError, match="fpn.output.1.bias"):
-        convert_state_dict(broken, config)
+    assert_conversion_refuses(lambda state: convert_state_dict(state, config), reference_state,
+                              ANCHOR_KEY.format(2), "backbone.fpn.fpn_layer2.bias", "fpn.output.1.bias")
 
 
 def test_full_architecture_maps_every_key(reference_anchors: dict) -> None:
@@ -135,11 +126,10 @@ def test_parity_with_reference(detector: X152FpnDetector, goldens: dict) -> None
 def test_awkward_images_give_regions_or_named_errors(detector: X152FpnDetector) -> None:
     rng = np.random.default_rng(1)
     rgb = Image.fromarray(rng.integers(0, 255, (40, 60, 3), dtype=np.uint8))
-    images = [rgb.convert("L"), rgb.convert("RGBA"), Image.new("RGB", (1, 1), (200, 10, 10)),
-              Image.new("RGB", (1000, 10))]
+    images = [rgb.convert("L"), Image.new("RGB", (1, 1), (200, 10, 10)), Image.new("RGB", (1000, 10))]
     extractor = RegionExtractor(detector, VILBERT)
     regions = extractor(images)
-    assert [r.image_size for r in regions] == [(60, 40), (60, 40), (1, 1), (1000, 10)]
+    assert [r.image_size for r in regions] == [(60, 40), (1, 1), (1000, 10)]
     for region in regions:
         assert region.features.shape == (100, detector.config.pooled_feature_dim)
         assert np.isfinite(region.features).all() and (region.features >= 0).all()  # fc6 after its ReLU
@@ -156,21 +146,13 @@ def test_registry_and_regions_command(detector: X152FpnDetector, tmp_path: Path,
                                       capsys: pytest.CaptureFixture) -> None:
     from capeval.cli import main
 
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
-    detector.config.save(model_dir / "config.json")
+    model_dir, images = detector_folder_and_images(detector, tmp_path)
     spec = DETECTORS["x152-fpn"]
     assert spec.hub_id == "capeval/vilbert-detector-x152-fpn" and spec.settings == VILBERT
     loaded = spec.load(model_dir)
     assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint
     with pytest.raises(ValueError, match="not 'bottom-up'"):
         DETECTORS["bottom-up"].load(model_dir)
-    images = tmp_path / "images"
-    images.mkdir()
-    rng = np.random.default_rng(3)
-    for name in ("x", "y"):
-        Image.fromarray(rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)).save(images / f"{name}.jpg")
     out = tmp_path / "features.npz"
     assert main(["regions", "--detector", "x152-fpn", "--images", str(images), "--out", str(out), "--model",
                  str(model_dir), "--device", "cpu"]) == 0

@@ -65,7 +65,8 @@ def unpack_detections(row: np.ndarray) -> Detections:
 class RegionExtractor:
     """Cached, batched region extraction with one detector and one :class:`ExtractionSettings`."""
 
-    def __init__(self, detector: Union[BottomUpDetector, X152FpnDetector], settings: ExtractionSettings = ExtractionSettings(), *,
+    def __init__(self, detector: Union[BottomUpDetector, X152FpnDetector],
+                 settings: ExtractionSettings = ExtractionSettings(), *,
                  batch_size: int = 4, cache_dir: Union[str, "os.PathLike[str]", None] = None,
                  memory_cache_bytes: int = 256 << 20, progress: bool = False) -> None:
         if batch_size < 1:
