@@ -44,7 +44,7 @@ DETECTORS: Dict[str, DetectorSpec] = {
     "bottom-up": DetectorSpec("bottom-up", "capeval/bottom-up-frcnn-r101-vg", BottomUpConfig, BottomUpDetector,
                               ExtractionSettings(), cpu_seconds_per_image=50),
     "x152-fpn": DetectorSpec("x152-fpn", "capeval/vilbert-detector-x152-fpn", X152FpnConfig, X152FpnDetector,
-                             VILBERT, cpu_seconds_per_image=30),
+                             VILBERT, cpu_seconds_per_image=100),
 }
 
 
