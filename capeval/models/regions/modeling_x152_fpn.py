@@ -23,8 +23,7 @@ from torch.nn import functional as F
 from torchvision.ops import roi_align
 
 from capeval.models.regions.configuration import X152FpnConfig
-from capeval.models.regions.modeling_bottom_up import ImageRegions, RegionProposalHead, propose_boxes, \
-    shifted_anchors
+from capeval.models.regions.proposals import ImageRegions, RegionProposalHead, propose_boxes, shifted_anchors
 from capeval.models.regions.resnet import Backbone
 
 RPN_BOX_WEIGHTS = (1.0, 1.0, 1.0, 1.0)

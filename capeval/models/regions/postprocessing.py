@@ -11,7 +11,7 @@ import torch
 from torchvision.ops import nms
 
 from capeval.models.regions.configuration import BottomUpConfig, ExtractionSettings, X152FpnConfig
-from capeval.models.regions.modeling_bottom_up import ImageRegions, clip_boxes, decode_boxes, nms_with_offset
+from capeval.models.regions.proposals import ImageRegions, clip_boxes, decode_boxes, nms_with_offset
 from capeval.models.regions.preprocessing import ResizedImage
 
 
