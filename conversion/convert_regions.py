@@ -1,10 +1,14 @@
-"""Convert the bottom-up attention detector of ``unc-nlp/frcnn-vg-finetuned`` into capeval's detector folder.
+"""Convert a published region detector into capeval's detector folder (``model.safetensors`` + ``config.json``).
 
-Inputs: ``pytorch_model.bin`` (a state dict, read with ``torch.load(weights_only=True)``) and the ``config.yaml``
-published beside it. Output: ``model.safetensors`` + ``config.json`` for
+``--detector bottom-up`` (default): the bottom-up attention detector of ``unc-nlp/frcnn-vg-finetuned``
+(``pytorch_model.bin`` + ``config.yaml``) for
 :class:`capeval.models.regions.modeling_bottom_up.BottomUpDetector`.
+``--detector resnext152-fpn``: vilbert-multi-task's ``detectron_model.pth`` + ``detectron_config.yaml``
+(vqa-maskrcnn-benchmark) for :class:`capeval.models.regions.modeling_x152_fpn.X152FpnDetector`.
+Checkpoints are read with ``torch.load(weights_only=True)``; a maskrcnn-benchmark checkpoint's ``"model"`` entry
+is the state dict (its optimizer / scheduler entries are ignored) and a leading ``module.`` is removed.
 
-Every checkpoint key is either renamed (:func:`capeval_key`) or listed as dropped with the reason:
+Bottom-up: every checkpoint key is either renamed (:func:`capeval_key`) or listed as dropped with the reason:
 
 * ``backbone.stem.conv1.weight`` -> ``backbone.stem.conv.weight``; ``backbone.stem.conv1.norm.*`` ->
   ``backbone.stem.norm.*``;
@@ -15,6 +19,21 @@ Every checkpoint key is either renamed (:func:`capeval_key`) or listed as droppe
 * Caffe-style ``gamma`` / ``beta`` names are read as ``weight`` / ``bias`` (the reference loader does the same);
 * dropped: ``*.num_batches_tracked`` (batch norm counters, unused at test time) and
   ``proposal_generator.anchor_generator.cell_anchors.0`` (recomputed from the config; checked equal first).
+
+ResNeXt-152 FPN (:func:`fpn_key`):
+
+* ``backbone.body.stem.conv1.weight`` -> ``backbone.stem.conv.weight``, ``backbone.body.stem.bn1.*`` ->
+  ``backbone.stem.norm.*``;
+* ``backbone.body.layer{1,2,3,4}.N.*`` -> ``backbone.res{2,3,4,5}.N.*`` with ``bnK`` -> ``normK``,
+  ``downsample.0`` -> ``shortcut``, ``downsample.1`` -> ``shortcut_norm``;
+* ``backbone.fpn.fpn_inner{1-4}.*`` -> ``fpn.lateral.{0-3}.*``; ``backbone.fpn.fpn_layer{1-4}.*`` ->
+  ``fpn.output.{0-3}.*``;
+* ``rpn.head.{conv,cls_logits,bbox_pred}.*`` -> ``rpn.{conv,objectness,anchor_deltas}.*``;
+* ``roi_heads.box.feature_extractor.{fc6,fc7}.*`` and ``roi_heads.box.predictor.cls_score.*`` -> ``box_head.*``;
+* dropped: ``rpn.anchor_generator.cell_anchors.N`` (recomputed from the config; checked equal first),
+  ``roi_heads.box.predictor.bbox_pred.*`` (class-specific box regression: the feature files keep the RPN proposals
+  themselves) and the vqa fork's attribute head ``roi_heads.box.predictor.{cls_embed,attr_linear1,attr_linear2}.*``
+  (not run by ``extract_features.py``).
 """
 from __future__ import annotations
 
@@ -22,14 +41,15 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import yaml
 from safetensors.torch import save_file
 
-from capeval.models.regions.configuration import BottomUpConfig
+from capeval.models.regions.configuration import BottomUpConfig, X152FpnConfig
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
+from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors
 
 CELL_ANCHORS_KEY = "proposal_generator.anchor_generator.cell_anchors.0"
 
@@ -57,24 +77,72 @@ def capeval_key(key: str) -> Optional[str]:
     return _NORM.sub(r".norm\1.", key)
 
 
+_FPN_PREFIXES: Tuple[Tuple[str, str], ...] = (
+    ("backbone.body.stem.conv1.", "backbone.stem.conv."),
+    ("backbone.body.stem.bn1.", "backbone.stem.norm."),
+    ("rpn.head.cls_logits.", "rpn.objectness."),
+    ("rpn.head.bbox_pred.", "rpn.anchor_deltas."),
+    ("rpn.head.", "rpn."),
+    ("roi_heads.box.feature_extractor.", "box_head."),
+    ("roi_heads.box.predictor.cls_score.", "box_head.cls_score."),
+)
+_FPN_DROPPED = re.compile(r"^(rpn\.anchor_generator\.cell_anchors\.\d+|roi_heads\.box\.predictor\."
+                          r"(bbox_pred|cls_embed|attr_linear1|attr_linear2)\.\w+)$")
+_FPN_ANCHORS = re.compile(r"^rpn\.anchor_generator\.cell_anchors\.(\d+)$")
+
+
+def fpn_key(key: str) -> Optional[str]:
+    """The capeval parameter name of a ResNeXt-152 FPN checkpoint key, or ``None`` if dropped (see module doc)."""
+    if _FPN_DROPPED.match(key):
+        return None
+    for old, new in _FPN_PREFIXES:
+        if key.startswith(old):
+            return new + key[len(old):]
+    layer = re.match(r"^backbone\.body\.layer([1-4])\.(.*)$", key)
+    if layer:
+        rest = re.sub(r"(^|\.)bn([123])\.", r"\1norm\2.", layer.group(2))
+        rest = rest.replace("downsample.0.", "shortcut.").replace("downsample.1.", "shortcut_norm.")
+        return f"backbone.res{int(layer.group(1)) + 1}.{rest}"
+    pyramid = re.match(r"^backbone\.fpn\.fpn_(inner|layer)([1-4])\.(.*)$", key)
+    if pyramid:
+        part = "lateral" if pyramid.group(1) == "inner" else "output"
+        return f"fpn.{part}.{int(pyramid.group(2)) - 1}.{pyramid.group(3)}"
+    return key
+
+
 def load_checkpoint(path: Path) -> Dict[str, torch.Tensor]:
-    """The checkpoint's state dict; files holding anything but tensors are refused (``weights_only=True``)."""
+    """The checkpoint's state dict (a maskrcnn-benchmark checkpoint's ``"model"`` entry, ``module.`` removed);
+    files holding anything but tensors and plain containers are refused (``weights_only=True``)."""
     state = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(state, Mapping) and isinstance(state.get("model"), Mapping):
+        state = state["model"]
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{path} is not a flat state dict of tensors")
-    return dict(state)
+    return {key[len("module."):] if key.startswith("module.") else key: value for key, value in state.items()}
 
 
-def convert_state_dict(state: Mapping[str, torch.Tensor], config: BottomUpConfig
+def _expected_anchors(config: Union[BottomUpConfig, X152FpnConfig]) -> Dict[str, torch.Tensor]:
+    """The stored anchor buffers a checkpoint of this config must hold, recomputed from the config."""
+    if isinstance(config, BottomUpConfig):
+        return {CELL_ANCHORS_KEY: cell_anchors(config)}
+    return {f"rpn.anchor_generator.cell_anchors.{level}": legacy_cell_anchors(stride, size,
+                                                                              config.anchor_aspect_ratios)
+            for level, (stride, size) in enumerate(zip(config.anchor_strides, config.anchor_sizes))}
+
+
+def convert_state_dict(state: Mapping[str, torch.Tensor], config: Union[BottomUpConfig, X152FpnConfig]
                        ) -> Tuple[Dict[str, torch.Tensor], List[str]]:
-    """(capeval state dict, dropped checkpoint keys); raises if a key is unknown, missing or of the wrong shape,
-    or if the stored cell anchors differ from those the config gives."""
-    expected = BottomUpDetector(config).state_dict()
+    """(capeval state dict, dropped checkpoint keys) for the detector of ``config``; raises if a key is unknown,
+    missing or of the wrong shape, or if stored cell anchors differ from those the config gives."""
+    bottom_up = isinstance(config, BottomUpConfig)
+    rename: Callable[[str], Optional[str]] = capeval_key if bottom_up else fpn_key
+    with torch.device("meta"):  # names and shapes only
+        expected = (BottomUpDetector(config) if bottom_up else X152FpnDetector(config)).state_dict()
     converted: Dict[str, torch.Tensor] = {}
     dropped: List[str] = []
     unexpected: List[str] = []
     for key, tensor in state.items():
-        name = capeval_key(key)
+        name = rename(key)
         if name is None:
             dropped.append(key)
             continue
@@ -87,14 +155,18 @@ def convert_state_dict(state: Mapping[str, torch.Tensor], config: BottomUpConfig
     missing = sorted(set(expected) - set(converted))
     if unexpected or missing:
         raise ValueError(f"checkpoint does not match the config: unexpected keys {unexpected}, missing {missing}")
-    if CELL_ANCHORS_KEY in state and not torch.equal(state[CELL_ANCHORS_KEY].float(), cell_anchors(config)):
-        raise ValueError(f"{CELL_ANCHORS_KEY} differs from the anchors of the config's sizes and aspect ratios")
+    for key, anchors in _expected_anchors(config).items():
+        if key in state and not torch.equal(state[key].float(), anchors):
+            raise ValueError(f"{key} differs from the anchors of the config's sizes and aspect ratios")
     return converted, dropped
 
 
-def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path) -> List[str]:
+CONFIG_CLASSES = {"bottom-up": BottomUpConfig, "resnext152-fpn": X152FpnConfig}
+
+
+def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detector: str = "bottom-up") -> List[str]:
     """Write ``model.safetensors`` and ``config.json`` to ``out_dir``; returns the dropped checkpoint keys."""
-    config = BottomUpConfig.from_reference_yaml(yaml.safe_load(config_yaml.read_text()))
+    config = CONFIG_CLASSES[detector].from_reference_yaml(yaml.safe_load(config_yaml.read_text()))
     converted, dropped = convert_state_dict(load_checkpoint(checkpoint), config)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(converted, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
@@ -104,14 +176,17 @@ def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path) -> Li
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--checkpoint", type=Path, required=True, help="pytorch_model.bin of unc-nlp/frcnn-vg-finetuned")
-    parser.add_argument("--config", type=Path, required=True, help="its config.yaml")
+    parser.add_argument("--detector", choices=sorted(CONFIG_CLASSES), default="bottom-up",
+                        help="bottom-up: unc-nlp/frcnn-vg-finetuned; resnext152-fpn: vilbert-multi-task's detector")
+    parser.add_argument("--checkpoint", type=Path, required=True,
+                        help="pytorch_model.bin (bottom-up) or detectron_model.pth (resnext152-fpn)")
+    parser.add_argument("--config", type=Path, required=True, help="its config.yaml / detectron_config.yaml")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     args = parser.parse_args(argv)
-    dropped = convert_checkpoint(args.checkpoint, args.config, args.out)
-    print(f"wrote {args.out}; dropped {len(dropped)} checkpoint keys "
-          f"({sum(k.endswith('num_batches_tracked') for k in dropped)} num_batches_tracked, "
-          f"{sum(k == CELL_ANCHORS_KEY for k in dropped)} cell anchors)")
+    dropped = convert_checkpoint(args.checkpoint, args.config, args.out, args.detector)
+    print(f"wrote {args.out}; dropped {len(dropped)} checkpoint keys:")
+    for pattern in sorted({re.sub(r"\.\d+\.", ".N.", re.sub(r"\.\d+$", ".N", key)) for key in dropped}):
+        print(f"  {pattern}")
     return 0
 
 

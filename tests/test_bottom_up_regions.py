@@ -17,7 +17,8 @@ from capeval.models.regions.extraction import RegionExtractor, extract_to_file, 
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.preprocessing import caffe_scale, cv2_linear_resize
 from conversion.convert_regions import CELL_ANCHORS_KEY, capeval_key, convert_state_dict
-from regions_checkpoint import REGIONS_DATA, synthetic_reference_state_dict
+from regions_checkpoint import REGIONS_DATA, assert_conversion_refuses, converted_detector, \
+    detector_folder_and_images, synthetic_reference_state_dict
 
 SHARED_DATA = Path(os.environ.get("CAPEVAL_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 IMAGES = SHARED_DATA / "flickr8k" / "images_original"
@@ -31,15 +32,12 @@ def config() -> BottomUpConfig:
 
 @pytest.fixture(scope="module")
 def reference_state(config: BottomUpConfig) -> dict:
-    return synthetic_reference_state_dict(cell_anchors(config))
+    return synthetic_reference_state_dict({CELL_ANCHORS_KEY: cell_anchors(config)})
 
 
 @pytest.fixture(scope="module")
 def detector(config: BottomUpConfig, reference_state: dict) -> BottomUpDetector:
-    converted, _ = convert_state_dict(reference_state, config)
-    model = BottomUpDetector(config)
-    model.load_state_dict(converted, strict=True)
-    return model.eval()
+    return converted_detector(BottomUpDetector, reference_state, config)
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +55,8 @@ def test_conversion_maps_every_key(config: BottomUpConfig, reference_state: dict
     assert capeval_key("backbone.res4.22.conv2.norm.running_var") == "backbone.res4.22.norm2.running_var"
     assert capeval_key("roi_heads.res5.0.shortcut.norm.gamma") == "res5.0.shortcut_norm.weight"
     assert capeval_key("proposal_generator.rpn_head.objectness_logits.bias") == "rpn.objectness.bias"
-    broken = dict(reference_state)
-    broken[CELL_ANCHORS_KEY] = broken[CELL_ANCHORS_KEY] + 1
-    with pytest.raises(ValueError, match="anchors"):
-        convert_state_dict(broken, config)
-    broken = dict(reference_state)
-    del broken["roi_heads.box_predictor.cls_score.bias"]
-    with pytest.raises(ValueError, match="heads.cls_score.bias"):
-        convert_state_dict(broken, config)
+    assert_conversion_refuses(lambda state: convert_state_dict(state, config), reference_state, CELL_ANCHORS_KEY,
+                              "roi_heads.box_predictor.cls_score.bias", "heads.cls_score.bias")
 
 
 def _image_paths(goldens: dict) -> list:
@@ -168,19 +160,9 @@ def test_file_is_resumable_and_cache_skips_the_detector(detector: BottomUpDetect
 
 
 def test_regions_command(detector: BottomUpDetector, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from safetensors.torch import save_file
-
     from capeval.cli import main
 
-    model_dir = tmp_path / "model"
-    model_dir.mkdir()
-    save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
-    detector.config.save(model_dir / "config.json")
-    images = tmp_path / "images"
-    images.mkdir()
-    rng = np.random.default_rng(3)
-    for name in ("x", "y"):
-        Image.fromarray(rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)).save(images / f"{name}.jpg")
+    model_dir, images = detector_folder_and_images(detector, tmp_path)
     out = tmp_path / "features.npz"
     assert main(["regions", "--images", str(images), "--out", str(out), "--model", str(model_dir),
                  "--device", "cpu"]) == 0

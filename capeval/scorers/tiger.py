@@ -21,7 +21,7 @@ from capeval.functional import tiger as functional
 from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import RegionFeatures
-from capeval.models.regions.loading import DEFAULT_DETECTOR, load_detector
+from capeval.models.regions.detectors import DETECTORS
 from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
@@ -261,7 +261,8 @@ class TIGErScore(Scorer):
         source = self._region_source
         if callable(source):
             return source
-        return RegionExtractor(load_detector(source if source is not None else DEFAULT_DETECTOR, device=self.device))
+        detector = DETECTORS["bottom-up"]
+        return RegionExtractor(detector.load(source, device=self.device), detector.settings)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         entries = list(chunk.images)

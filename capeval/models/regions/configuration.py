@@ -1,35 +1,71 @@
-"""Configuration of the bottom-up attention detector (Anderson et al., 2018): Faster R-CNN, ResNet-101 C4, Visual
-Genome 1,600 objects and 400 attributes.
+"""Configurations of the region detectors and of how their regions are extracted.
 
-:class:`BottomUpConfig` holds the architecture and test-time settings that the converted checkpoint needs, read from
-the ``config.yaml`` published beside the weights in ``unc-nlp/frcnn-vg-finetuned`` (:meth:`from_reference_yaml`)
-and written to / read from capeval's ``config.json``. The extraction settings of the original feature files
-(``tools/generate_tsv.py`` of peteanderson80/bottom-up-attention) are separate: :class:`ExtractionSettings`.
+- :class:`BottomUpConfig`: the bottom-up attention detector (Anderson et al., 2018) for TIGEr: Faster R-CNN,
+  ResNet-101 C4, Visual Genome 1,600 objects and 400 attributes, read from the ``config.yaml`` published beside the
+  weights in ``unc-nlp/frcnn-vg-finetuned`` (:meth:`BottomUpConfig.from_reference_yaml`).
+- :class:`X152FpnConfig`: the detector released with vilbert-multi-task for ViLBERT (12-in-1) and ViLBERTScore:
+  Faster R-CNN, ResNeXt-152 32x8d FPN, 2-MLP box head, Visual Genome 1,600 objects, read from its maskrcnn-benchmark
+  ``detectron_config.yaml`` (:meth:`X152FpnConfig.from_reference_yaml`).
+
+Both are written to / read from capeval's ``config.json``. The extraction settings of the original feature files are
+separate: :class:`ExtractionSettings`.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple, Union
+from typing import Any, Dict, Mapping, Tuple, Type, TypeVar, Union
 
-RESNET_BLOCKS: Dict[int, Tuple[int, int, int]] = {50: (3, 4, 6), 101: (3, 4, 23), 152: (3, 8, 36)}
-"""Bottleneck blocks in res2, res3 and res4 per ResNet depth; res5 (3 blocks) is the RoI head."""
+RESNET_BLOCKS: Dict[int, Tuple[int, int, int, int]] = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
+"""Bottleneck blocks in res2, res3, res4 and res5 per ResNet depth."""
 
-RES5_BLOCKS = 3
+_Config = TypeVar("_Config", bound="ResNetConfig")
 
 
 @dataclass(frozen=True)
-class BottomUpConfig:
-    """Architecture and test-time constants of the detector; every field is named after its ``config.yaml`` key."""
+class ResNetConfig:
+    """Backbone and input constants every detector has; subclasses add their heads and test-time settings."""
 
-    depth: int = 101  # RESNETS.DEPTH
+    depth: int = 101  # RESNETS.DEPTH / BACKBONE.CONV_BODY
     stem_out_channels: int = 64  # RESNETS.STEM_OUT_CHANNELS
     res2_out_channels: int = 256  # RESNETS.RES2_OUT_CHANNELS
+    num_groups: int = 1  # RESNETS.NUM_GROUPS: groups of the 3x3 convolutions (ResNeXt when > 1)
     bottleneck_channels: int = 64  # RESNETS.NUM_GROUPS * RESNETS.WIDTH_PER_GROUP
     stride_in_1x1: bool = True  # RESNETS.STRIDE_IN_1X1: MSRA/Caffe ResNets stride in the first 1x1 conv
     caffe_maxpool: bool = False  # MODEL.MAX_POOL: Caffe's ceil-mode unpadded 3x3 max pool instead of padding 1
-    batch_norm_eps: float = 1e-5  # frozen batch norm (Caffe BatchNorm + Scale with global statistics)
+    batch_norm_eps: float = 1e-5  # frozen batch norm epsilon
+    pixel_mean: Tuple[float, float, float] = (102.9801, 115.9465, 122.7717)  # BGR
+    pixel_std: Tuple[float, float, float] = (1.0, 1.0, 1.0)
+    min_size_test: int = 600  # INPUT.MIN_SIZE_TEST
+    max_size_test: int = 1000  # INPUT.MAX_SIZE_TEST
+    size_divisibility: int = 0  # DATALOADER.SIZE_DIVISIBILITY: zero padding of the input to a multiple (0: none)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls: Type[_Config], values: Mapping[str, Any]) -> _Config:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
+        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
+
+    def save(self, path: Union[str, Path]) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls: Type[_Config], path: Union[str, Path]) -> _Config:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True)
+class BottomUpConfig(ResNetConfig):
+    """Architecture and test-time constants of the bottom-up detector; fields are named after ``config.yaml`` keys
+    (frozen batch norm = Caffe BatchNorm + Scale with global statistics)."""
+
     rpn_hidden_channels: int = 512  # PROPOSAL_GENERATOR.HIDDEN_CHANNELS
     anchor_sizes: Tuple[float, ...] = (64.0, 128.0, 256.0, 512.0)  # ANCHOR_GENERATOR.SIZES[0]
     anchor_aspect_ratios: Tuple[float, ...] = (0.5, 1.0, 2.0)  # ANCHOR_GENERATOR.ASPECT_RATIOS[0]
@@ -45,10 +81,6 @@ class BottomUpConfig:
     num_attributes: int = 400  # ROI_BOX_HEAD.NUM_ATTRS (+1 "no attribute", stored last)
     box_weights: Tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)  # ROI_BOX_HEAD.BBOX_REG_WEIGHTS
     detection_nms_threshold: float = 0.6  # ROI_HEADS.NMS_THRESH_TEST (the LXMERT port's selection only)
-    pixel_mean: Tuple[float, float, float] = (102.9801, 115.9465, 122.7717)  # MODEL.PIXEL_MEAN, BGR
-    pixel_std: Tuple[float, float, float] = (1.0, 1.0, 1.0)  # MODEL.PIXEL_STD
-    min_size_test: int = 600  # INPUT.MIN_SIZE_TEST
-    max_size_test: int = 1000  # INPUT.MAX_SIZE_TEST
     model_type: str = field(default="bottom-up-frcnn", repr=False)
 
     @property
@@ -63,24 +95,6 @@ class BottomUpConfig:
     @property
     def num_anchors(self) -> int:
         return len(self.anchor_sizes) * len(self.anchor_aspect_ratios)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "BottomUpConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown BottomUpConfig fields: {unknown}")
-        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
-
-    def save(self, path: Union[str, Path]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Union[str, Path]) -> "BottomUpConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
     @classmethod
     def from_reference_yaml(cls, config: Mapping[str, Any]) -> "BottomUpConfig":
@@ -102,6 +116,7 @@ class BottomUpConfig:
             depth=int(resnets["DEPTH"]),
             stem_out_channels=int(resnets["STEM_OUT_CHANNELS"]),
             res2_out_channels=int(resnets["RES2_OUT_CHANNELS"]),
+            num_groups=int(resnets["NUM_GROUPS"]),
             bottleneck_channels=int(resnets["NUM_GROUPS"]) * int(resnets["WIDTH_PER_GROUP"]),
             stride_in_1x1=bool(resnets["STRIDE_IN_1X1"]),
             caffe_maxpool=bool(model["MAX_POOL"]),
@@ -127,8 +142,123 @@ class BottomUpConfig:
         )
 
 
+@dataclass(frozen=True)
+class X152FpnConfig(ResNetConfig):
+    """Architecture and test-time constants of vilbert-multi-task's detector (vqa-maskrcnn-benchmark); defaults are
+    maskrcnn-benchmark's ``config/defaults.py`` values and the ResNeXt-152 32x8d FPN / 2048-d MLP / 1,601-class
+    layout its file name ``e2e_faster_rcnn_X-152-32x8d-FPN_1x_MLP_2048_FPN_512`` states; the yaml overrides them.
+
+    maskrcnn-benchmark conventions kept: frozen batch norm without epsilon, the stride in the 3x3 conv, the max pool
+    padded by 1, boxes with the +1 pixel width, background as class 0."""
+
+    depth: int = 152
+    num_groups: int = 32
+    bottleneck_channels: int = 256  # 32 groups x 8
+    stride_in_1x1: bool = False
+    batch_norm_eps: float = 0.0
+    min_size_test: int = 800
+    max_size_test: int = 1333
+    size_divisibility: int = 32
+    fpn_channels: int = 512  # BACKBONE.OUT_CHANNELS (RESNETS.BACKBONE_OUT_CHANNELS in later maskrcnn-benchmark)
+    anchor_sizes: Tuple[float, ...] = (32.0, 64.0, 128.0, 256.0, 512.0)  # RPN.ANCHOR_SIZES, one per level
+    anchor_strides: Tuple[int, ...] = (4, 8, 16, 32, 64)  # RPN.ANCHOR_STRIDE: P2-P6
+    anchor_aspect_ratios: Tuple[float, ...] = (0.5, 1.0, 2.0)  # RPN.ASPECT_RATIOS
+    rpn_pre_nms_topk: int = 6000  # RPN.PRE_NMS_TOP_N_TEST, per level
+    rpn_post_nms_topk: int = 1000  # RPN.POST_NMS_TOP_N_TEST, per level
+    rpn_fpn_post_nms_topk: int = 2000  # RPN.FPN_POST_NMS_TOP_N_TEST, per image over all levels
+    rpn_nms_threshold: float = 0.7  # RPN.NMS_THRESH
+    rpn_min_box_size: float = 0.0  # RPN.MIN_SIZE
+    pooler_resolution: int = 7  # ROI_BOX_HEAD.POOLER_RESOLUTION
+    pooler_scales: Tuple[float, ...] = (0.25, 0.125, 0.0625, 0.03125)  # ROI_BOX_HEAD.POOLER_SCALES: P2-P5
+    pooler_sampling_ratio: int = 2  # ROI_BOX_HEAD.POOLER_SAMPLING_RATIO
+    mlp_head_dim: int = 2048  # ROI_BOX_HEAD.MLP_HEAD_DIM: width of fc6, fc7 and the region feature
+    num_classes: int = 1601  # ROI_BOX_HEAD.NUM_CLASSES, background (class 0) included
+    feature_after_relu: bool = True  # the "fc6" feature is ReLU(fc6(x)), as FPN2MLPFeatureExtractor computes it
+    model_type: str = field(default="x152-fpn-frcnn", repr=False)
+
+    @property
+    def num_anchors(self) -> int:
+        """Anchors per position of each level: one size per level, every aspect ratio."""
+        return len(self.anchor_aspect_ratios)
+
+    @property
+    def pooled_feature_dim(self) -> int:
+        """Width of the region feature (fc6): 2048 for the released model."""
+        return self.mlp_head_dim
+
+    @classmethod
+    def from_reference_yaml(cls, config: Mapping[str, Any]) -> "X152FpnConfig":
+        """The network fields of a parsed maskrcnn-benchmark yaml (its ``MODEL`` section); a key the yaml leaves
+        out keeps maskrcnn-benchmark's default. Tuples may be written as yacs strings such as ``"(4, 8, 16)"``.
+        Layouts other than a ResNe(X)t FPN with the 2-MLP box head and class-specific FPN predictor are refused.
+        The input constants (BGR means, 800 / 1333, padding to 32) are not read: ``script/extract_features.py``
+        hard-codes them and feeds the network directly, bypassing the yaml's INPUT transforms."""
+        model = config["MODEL"]
+        backbone, resnets = model.get("BACKBONE", {}), model.get("RESNETS", {})
+        rpn, roi_heads, box_head = model.get("RPN", {}), model.get("ROI_HEADS", {}), model.get("ROI_BOX_HEAD", {})
+        body = str(backbone.get("CONV_BODY", ""))
+        depth = body[2:-4] if body.startswith("R-") and body.endswith("-FPN") else ""
+        if not depth.isdigit() or int(depth) not in RESNET_BLOCKS:
+            raise ValueError(f"BACKBONE.CONV_BODY {body!r} is not a ResNet/ResNeXt FPN body (R-50/101/152-FPN)")
+        if not (rpn.get("USE_FPN") and roi_heads.get("USE_FPN")):
+            raise ValueError("RPN.USE_FPN and ROI_HEADS.USE_FPN must be set: this is the FPN detector")
+        expected = {"FEATURE_EXTRACTOR": "FPN2MLPFeatureExtractor", "PREDICTOR": "FPNPredictor"}
+        if any(box_head.get(key) != value for key, value in expected.items()) or \
+                model.get("CLS_AGNOSTIC_BBOX_REG") or model.get("RPN_ONLY") or model.get("MASK_ON"):
+            raise ValueError(f"the box head must be {expected} without class-agnostic regression, masks or RPN-only")
+        if model.get("FPN", {}).get("USE_GN") or model.get("FPN", {}).get("USE_RELU") or box_head.get("USE_GN"):
+            raise ValueError("FPN / box head group norm or ReLU variants are not the released layout")
+        if resnets.get("RES5_DILATION", 1) != 1 or resnets.get("TRANS_FUNC", "BottleneckWithFixedBatchNorm") != \
+                "BottleneckWithFixedBatchNorm" or resnets.get("STEM_FUNC", "StemWithFixedBatchNorm") != \
+                "StemWithFixedBatchNorm" or any(_tuple(resnets.get("STAGE_WITH_DCN", ()))):
+            raise ValueError("only frozen-batch-norm bottlenecks without dilation or deformable convs are supported")
+        groups = int(resnets.get("NUM_GROUPS", 1))
+        fpn_channels = backbone.get("OUT_CHANNELS", resnets.get("BACKBONE_OUT_CHANNELS", 256))
+        return cls(
+            depth=int(depth),
+            stem_out_channels=int(resnets.get("STEM_OUT_CHANNELS", 64)),
+            res2_out_channels=int(resnets.get("RES2_OUT_CHANNELS", 256)),
+            num_groups=groups,
+            bottleneck_channels=groups * int(resnets.get("WIDTH_PER_GROUP", 64)),
+            stride_in_1x1=bool(resnets.get("STRIDE_IN_1X1", True)),
+            fpn_channels=int(fpn_channels),
+            anchor_sizes=tuple(float(s) for s in _tuple(rpn.get("ANCHOR_SIZES", cls.anchor_sizes))),
+            anchor_strides=tuple(int(s) for s in _tuple(rpn.get("ANCHOR_STRIDE", cls.anchor_strides))),
+            anchor_aspect_ratios=tuple(float(r) for r in _tuple(rpn.get("ASPECT_RATIOS", cls.anchor_aspect_ratios))),
+            rpn_pre_nms_topk=int(rpn.get("PRE_NMS_TOP_N_TEST", 6000)),
+            rpn_post_nms_topk=int(rpn.get("POST_NMS_TOP_N_TEST", 1000)),
+            rpn_fpn_post_nms_topk=int(rpn.get("FPN_POST_NMS_TOP_N_TEST", 2000)),
+            rpn_nms_threshold=float(rpn.get("NMS_THRESH", 0.7)),
+            rpn_min_box_size=float(rpn.get("MIN_SIZE", 0)),
+            pooler_resolution=int(box_head.get("POOLER_RESOLUTION", 14)),
+            pooler_scales=tuple(float(s) for s in _tuple(box_head.get("POOLER_SCALES", (1.0 / 16,)))),
+            pooler_sampling_ratio=int(box_head.get("POOLER_SAMPLING_RATIO", 0)),
+            mlp_head_dim=int(box_head.get("MLP_HEAD_DIM", 1024)),
+            num_classes=int(box_head.get("NUM_CLASSES", 81)),
+        )
+
+    def __post_init__(self) -> None:
+        if len(self.anchor_sizes) != len(self.anchor_strides):
+            raise ValueError("the FPN RPN takes one anchor size per anchor stride (level)")
+        levels = [-math.log2(scale) for scale in self.pooler_scales]
+        if any(abs(level - round(level)) > 1e-6 for level in levels) or \
+                [round(level) for level in levels] != list(range(round(levels[0]), round(levels[0]) + len(levels))):
+            raise ValueError(f"pooler scales {self.pooler_scales} are not consecutive powers of 1/2")
+        if [int(round(1 / s)) for s in self.pooler_scales] != list(self.anchor_strides[:len(self.pooler_scales)]):
+            raise ValueError("the pooled levels must be the first RPN levels (P2-P5 of P2-P6)")
+
+
+def _tuple(value: Any) -> Tuple[Any, ...]:
+    """A yacs-style value as a tuple: yaml lists, or strings such as ``"(0.5, 1.0, 2.0)"``."""
+    if isinstance(value, str):
+        import ast
+
+        value = ast.literal_eval(value)
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
 PREPROCESSING_MODES = ("caffe", "lxmert")
-SELECTION_MODES = ("bottom-up", "lxmert")
+SELECTION_MODES = ("bottom-up", "lxmert", "vilbert")
 
 
 @dataclass(frozen=True)
@@ -136,10 +266,11 @@ class ExtractionSettings:
     """How images become pixels and which regions are kept.
 
     ``preprocessing``:
-      - ``"caffe"`` (default): the original pipeline (``fast_rcnn.test._get_image_blob``): BGR pixels as float32,
-        means subtracted, resized by ``scale = 600 / shorter side`` (``1000 / longer side`` when the rounded longer
-        side would exceed 1000) with OpenCV's ``INTER_LINEAR`` arithmetic; boxes return to the original image by
-        dividing by ``scale``.
+      - ``"caffe"`` (default): the original pipelines (``fast_rcnn.test._get_image_blob``, and vilbert-multi-task's
+        ``_image_transform`` which repeats it at 800 / 1333): BGR pixels as float32, means subtracted, resized by
+        ``scale = min_size_test / shorter side`` (``max_size_test / longer side`` when the rounded longer side would
+        exceed ``max_size_test``; 600 / 1000 for the bottom-up detector) with OpenCV's ``INTER_LINEAR`` arithmetic;
+        boxes return to the original image by dividing by ``scale``.
       - ``"lxmert"``: the transformers research-project port (``processing_image.Preprocess``): torch bilinear
         resize of the raw pixels to the rounded size, then the means subtracted; its ``img_tensorize`` hands the
         network RGB channels although ``INPUT.FORMAT`` is BGR, and this mode reproduces that; boxes return by the
@@ -151,6 +282,13 @@ class ExtractionSettings:
         36-region files; ``min_boxes=10, max_boxes=100`` the adaptive ones.
       - ``"lxmert"``: the port's ``do_nms``: class-specific regressed boxes of each proposal's best class, one
         class-agnostic NMS at ``detection_nms_threshold`` (0.6), the first ``max_boxes`` kept.
+      - ``"vilbert"``: vilbert-multi-task's ``script/extract_features.py``: per-class NMS (``class_nms_threshold``
+        0.5, maskrcnn-benchmark's +1 pixel IoU) over the RPN proposals in original pixels, background excluded;
+        each proposal's confidence is its highest score above ``confidence_threshold`` (strictly) among the classes
+        that kept it, 0 if none; the ``max_boxes`` most confident proposals are kept, highest first (exact ties in
+        proposal order, where the script's unstable sort leaves them unspecified); no box regression.
+    With the "caffe" preprocessing, images are zero-padded at the bottom and right to a multiple of the detector's
+    ``size_divisibility`` (32 for the FPN detector, as the script's ``to_image_list(size_divisible=32)``).
     """
 
     preprocessing: str = "caffe"
@@ -175,3 +313,7 @@ class ExtractionSettings:
 
 ADAPTIVE = ExtractionSettings(min_boxes=10, max_boxes=100)
 """The original adaptive mode: 10 to 100 regions, those with confidence >= 0.2."""
+
+VILBERT = ExtractionSettings(selection="vilbert", min_boxes=100, max_boxes=100, confidence_threshold=0.0,
+                             class_nms_threshold=0.5)
+"""vilbert-multi-task's feature files: the 100 most confident proposals (``--num_features 100``, threshold 0)."""

@@ -3,11 +3,13 @@
 :class:`RegionExtractor` turns images into :class:`RegionFeatures` (what TIGEr reads) or full :class:`Detections`.
 Each distinct image (by content hash) runs through the detector once per model and settings: rows come from the
 in-memory cache, then the on-disk cache (``cache_dir``), and only the rest are detected. Images are batched only
-with images of the same network input size, so no padding enters and each result equals the image's result alone.
+with images of the same network input size (and the same size before padding), so each result equals the image's
+result alone.
 
 The ``.npz`` file holds one key per image id; its value is a 0-d structured array with fields ``features`` (K, D)
 float32, ``boxes`` (K, 4) float32 in original pixels, ``image_size`` (width, height), ``scores``, ``object_ids``,
-``object_scores``, ``attribute_ids``, ``attribute_scores`` and ``content_hash``. Read it with
+``object_scores``, ``attribute_ids``, ``attribute_scores``, ``num_boxes`` (regions with a non-zero selection score,
+the ``num_boxes`` of vilbert-multi-task's feature files) and ``content_hash``. Read it with
 :func:`read_region_file` (``numpy.load`` works too, without pickle).
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ from capeval.inputs import ImageInput, ImageItem, InputError, validate_image
 from capeval.models.regions.configuration import ExtractionSettings
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
 from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, preprocess
 
@@ -62,7 +65,8 @@ def unpack_detections(row: np.ndarray) -> Detections:
 class RegionExtractor:
     """Cached, batched region extraction with one detector and one :class:`ExtractionSettings`."""
 
-    def __init__(self, detector: BottomUpDetector, settings: ExtractionSettings = ExtractionSettings(), *,
+    def __init__(self, detector: Union[BottomUpDetector, X152FpnDetector],
+                 settings: ExtractionSettings = ExtractionSettings(), *,
                  batch_size: int = 4, cache_dir: Union[str, "os.PathLike[str]", None] = None,
                  memory_cache_bytes: int = 256 << 20, progress: bool = False) -> None:
         if batch_size < 1:
@@ -113,15 +117,17 @@ class RegionExtractor:
         if not items:
             return
         config, mode = self.detector.config, self.settings.preprocessing
-        pending: Dict[Tuple[int, int], List[Tuple[ImageItem, ResizedImage]]] = defaultdict(list)
+        pending: Dict[Tuple[Tuple[int, int], Tuple[int, int]], List[Tuple[ImageItem, ResizedImage]]] = \
+            defaultdict(list)
         bar = tqdm(total=len(items), unit="image", desc="regions", disable=not self.progress)
         try:
             for item in items:
                 image = preprocess(decode_rgb(item), config, mode, self.device)
-                group = pending[image.size]
+                key = (image.size, image.content_size)
+                group = pending[key]
                 group.append((item, image))
                 if len(group) == self.batch_size:
-                    yield self._run(pending.pop(image.size))
+                    yield self._run(pending.pop(key))
                     bar.update(self.batch_size)
             for group in pending.values():
                 yield self._run(group)
@@ -130,7 +136,7 @@ class RegionExtractor:
             bar.close()
 
     def _run(self, group: List[Tuple[ImageItem, ResizedImage]]) -> Dict[str, np.ndarray]:
-        height, width = group[0][1].size
+        height, width = group[0][1].content_size
         pixels = torch.stack([image.pixels for _, image in group])
         regions = self.detector(pixels, height, width)
         self.detected += len(group)
@@ -144,10 +150,12 @@ def _record(detections: Detections, content_hash: str) -> np.ndarray:
                       ("image_size", np.float64, (2,)), ("scores", np.float32, (count,)),
                       ("object_ids", np.int64, (count,)), ("object_scores", np.float32, (count,)),
                       ("attribute_ids", np.int64, (count,)), ("attribute_scores", np.float32, (count,)),
-                      ("content_hash", "S32")])
+                      ("num_boxes", np.int64), ("content_hash", "S32")])
     record = np.zeros((), dtype=dtype)
-    for name in dtype.names:
-        record[name] = content_hash.encode() if name == "content_hash" else getattr(detections, name)
+    for name in dtype.names[:-2]:
+        record[name] = getattr(detections, name)
+    record["num_boxes"] = int(np.count_nonzero(detections.scores > 0))
+    record["content_hash"] = content_hash.encode()
     return record
 
 

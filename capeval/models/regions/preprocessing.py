@@ -1,4 +1,6 @@
-"""Image decoding and resizing for the bottom-up detector, in the original Caffe way or the LXMERT port's way.
+"""Image decoding and resizing for the region detectors, in the original Caffe way (the bottom-up detector's
+``_get_image_blob`` and vilbert-multi-task's ``_image_transform``, which differ only in sizes and padding) or the
+LXMERT port's way.
 
 See :class:`capeval.models.regions.configuration.ExtractionSettings` for what each mode reproduces. The Caffe mode
 re-implements OpenCV's ``cv2.resize(..., fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)`` on float32 pixels in
@@ -18,7 +20,7 @@ import torch
 from torch.nn import functional as F
 
 from capeval.inputs import InputError, ImageItem
-from capeval.models.regions.configuration import BottomUpConfig
+from capeval.models.regions.configuration import ResNetConfig
 
 SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 
@@ -49,10 +51,11 @@ class ResizedImage:
     original_size: Tuple[int, int]  # (width, height)
     box_divisor: float  # Caffe mode: original = resized / scale
     box_factors: Tuple[float, float]  # LXMERT mode: original = resized * (original / resized) per axis (x, y)
+    content_size: Tuple[int, int]  # (height, width) of the resized image inside ``pixels``, before zero padding
 
     @property
     def size(self) -> Tuple[int, int]:
-        """(height, width) of the network input."""
+        """(height, width) of the network input, padding included."""
         return int(self.pixels.shape[1]), int(self.pixels.shape[2])
 
     def restore_boxes(self, boxes: torch.Tensor) -> torch.Tensor:
@@ -63,7 +66,7 @@ class ResizedImage:
         return boxes * factors.repeat(2)
 
 
-def caffe_scale(height: int, width: int, config: BottomUpConfig) -> float:
+def caffe_scale(height: int, width: int, config: ResNetConfig) -> float:
     """``fast_rcnn.test._get_image_blob``: shorter side to ``min_size_test`` unless the rounded longer side would
     exceed ``max_size_test``, then longer side to ``max_size_test``."""
     scale = float(config.min_size_test) / float(min(height, width))
@@ -97,7 +100,7 @@ def cv2_linear_resize(image: torch.Tensor, scale: float) -> torch.Tensor:
     return rows[:, y0, :] * wy0[:, None] + rows[:, y1, :] * wy1[:, None]
 
 
-def lxmert_size(height: int, width: int, config: BottomUpConfig) -> Tuple[int, int]:
+def lxmert_size(height: int, width: int, config: ResNetConfig) -> Tuple[int, int]:
     """The port's ``ResizeShortestEdge``: shorter side to ``min_size_test``, capped so the longer side is at most
     ``max_size_test``, each side rounded half up."""
     size = config.min_size_test
@@ -112,8 +115,18 @@ def lxmert_size(height: int, width: int, config: BottomUpConfig) -> Tuple[int, i
     return int(new_height + 0.5), int(new_width + 0.5)
 
 
-def preprocess(rgb: np.ndarray, config: BottomUpConfig, mode: str, device: torch.device) -> ResizedImage:
-    """One decoded (H, W, 3) uint8 RGB image -> network input in ``mode`` ("caffe" or "lxmert")."""
+def pad_to_multiple(pixels: torch.Tensor, divisor: int) -> torch.Tensor:
+    """(C, H, W) zero-padded at the bottom and right to sides that are multiples of ``divisor`` (0: unchanged), as
+    maskrcnn-benchmark's ``to_image_list(size_divisible=divisor)`` does for one image."""
+    if not divisor:
+        return pixels
+    height, width = pixels.shape[1:]
+    return F.pad(pixels, (0, -width % divisor, 0, -height % divisor))
+
+
+def preprocess(rgb: np.ndarray, config: ResNetConfig, mode: str, device: torch.device) -> ResizedImage:
+    """One decoded (H, W, 3) uint8 RGB image -> network input in ``mode`` ("caffe" or "lxmert"), zero-padded to a
+    multiple of ``config.size_divisibility``."""
     height, width = rgb.shape[:2]
     pixels = torch.from_numpy(np.array(rgb, copy=True)).to(device).permute(2, 0, 1)
     if mode == "caffe":  # numpy's float32 -= float64 means: subtract in float64, round once to float32
@@ -121,12 +134,14 @@ def preprocess(rgb: np.ndarray, config: BottomUpConfig, mode: str, device: torch
         std = torch.tensor(config.pixel_std, dtype=torch.float64, device=device).view(3, 1, 1)
         bgr = ((pixels.flip(0).double() - mean) / std).float()
         scale = caffe_scale(height, width, config)
-        return ResizedImage(cv2_linear_resize(bgr, scale), (width, height), scale, (1.0, 1.0))
+        resized = cv2_linear_resize(bgr, scale)
+        return ResizedImage(pad_to_multiple(resized, config.size_divisibility), (width, height), scale, (1.0, 1.0),
+                            (int(resized.shape[1]), int(resized.shape[2])))
     mean = torch.tensor(config.pixel_mean, dtype=torch.float32, device=device).view(3, 1, 1)
     std = torch.tensor(config.pixel_std, dtype=torch.float32, device=device).view(3, 1, 1)
     pixels = pixels.float()
     new_height, new_width = lxmert_size(height, width, config)
     resized = F.interpolate(pixels[None], (new_height, new_width), mode="bilinear", align_corners=False)[0]
     factors = torch.true_divide(torch.tensor([height, width]), torch.tensor([new_height, new_width]))
-    return ResizedImage((resized - mean) / std, (width, height), 0.0,
-                        (float(factors[1]), float(factors[0])))
+    return ResizedImage(pad_to_multiple((resized - mean) / std, config.size_divisibility), (width, height), 0.0,
+                        (float(factors[1]), float(factors[0])), (new_height, new_width))
