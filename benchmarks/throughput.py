@@ -42,7 +42,7 @@ from capeval import CLIPScore
 from capeval.benchmarks import load_benchmark
 from capeval.functional.clipscore import clip_s
 from capeval.inputs import validate_image
-from capeval.scorers import CLIP_S
+from capeval.scorers.clipscore import CLIP_S
 
 FULL_IMAGES = 1125
 QUICK_IMAGES = 200

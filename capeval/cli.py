@@ -11,23 +11,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Type
+from typing import Any, Dict, List, Optional, Sequence
 
-from capeval.backbones import PRECISIONS
 from capeval.benchmarks import command as benchmark_command
 from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, validate_caption
-from capeval.scorers import SCORERS
+from capeval.models.regions import command as regions_command
+from capeval.registry import FAMILIES
+from capeval.runtime import PRECISIONS
 from capeval.version import __version__
-
-LABELS: Dict[str, str] = {
-    "clip_score": "CLIPScore",
-    "ref_clip_score": "RefCLIPScore",
-    "pac_score": "PAC-S",
-    "ref_pac_score": "RefPAC-S",
-}
-"""How the reference scripts print each corpus score."""
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 """File extensions (any case) searched for in the image folder."""
@@ -118,14 +111,15 @@ def run_score(args: argparse.Namespace) -> int:
 
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
-    scorer = SCORERS[args.metric](**{name: value for name, value in options.items() if value is not None},
-                                  progress=True)
+    family = FAMILIES[args.metric]
+    scorer = family.scorer_class()(**{name: value for name, value in options.items() if value is not None},
+                                   progress=True)
     result = scorer.score([images[key] for key in keys], [candidates[key] for key in keys],
                           [references[key] for key in keys] if references is not None else None)
 
-    names = [scorer.metric_name] + ([scorer.ref_metric_name] if references is not None else [])
+    names = [name for name in family.result_keys if name in result]
     for name in names:
-        print(f"{LABELS[name]}: {result[name]:.4f}")
+        print(f"{family.result_keys[name]}: {result[name]:.4f}")
     print(f"Signature: {result['signature']}")
     if args.output is not None:
         report = {
@@ -145,7 +139,7 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         description="Score candidate captions against their images (and references). Takes the JSON formats of the "
                     "CLIPScore and PAC-S reference repositories: image ids are image file stems.",
     )
-    parser.add_argument("--metric", required=True, choices=sorted(SCORERS), help="which metric")
+    parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
     parser.add_argument("--images", required=True, type=Path, help="folder holding <image id>.<jpg|png|...>")
     parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
     parser.add_argument("--references", type=Path,
@@ -168,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_score_parser(subparsers)
     benchmark_command.register(subparsers)
+    regions_command.register(subparsers)
     return parser
 
 

@@ -1,4 +1,10 @@
-"""Shared pytest fixtures: offline Hugging Face settings and tiny converted CLIP models."""
+"""Shared pytest fixtures: offline Hugging Face settings, tiny converted CLIP models, and the folders of real data.
+
+The human-judgment data and images (``flickr8k/``, ``pascal50s/``, ``examples/``) are found in one place:
+``$CAPEVAL_TEST_DATA``, else ``../shared/data`` beside the checkout; the paper texts likewise in
+``$CAPEVAL_TEST_PAPERS``, else ``../shared/papers``. Tests that need a folder that is absent are skipped, saying how to
+provide it; a folder named by its environment variable that does not exist is an error.
+"""
 from __future__ import annotations
 
 import os
@@ -16,6 +22,46 @@ for import_root in (TESTS_DIR.parent, TESTS_DIR):  # the repo (capeval, conversi
 import pytest  # noqa: E402
 
 from checkpoints import TinyClip, make_tiny_clip  # noqa: E402
+
+
+def _shared_folder(variable: str, name: str, holds: str) -> Path:
+    """``$variable`` or ``../shared/<name>`` beside the checkout; skips the test when the default is absent."""
+    configured = os.environ.get(variable)
+    if configured:
+        folder = Path(configured).expanduser()
+        if not folder.is_dir():
+            pytest.fail(f"{variable}={configured} is not a folder")
+        return folder
+    folder = TESTS_DIR.parent.parent / "shared" / name
+    if not folder.is_dir():
+        pytest.skip(f"needs {holds}: set {variable} to the folder holding them, or place it at ../shared/{name} "
+                    "beside the checkout")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def capeval_test_data() -> Path:
+    """Folder of the human-judgment data and images: ``flickr8k/``, ``pascal50s/``, ``examples/``."""
+    return _shared_folder("CAPEVAL_TEST_DATA", "data", "the human-judgment data and images (flickr8k/, pascal50s/, "
+                                                       "examples/)")
+
+
+@pytest.fixture(scope="session")
+def capeval_test_device() -> str:
+    """Device of the tests that compare capeval with reference numbers: ``$CAPEVAL_TEST_DEVICE``, default ``cpu``
+    (those tests pass it explicitly, so a machine's default device never changes what they check)."""
+    import torch
+
+    device = os.environ.get("CAPEVAL_TEST_DEVICE", "cpu")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        pytest.fail(f"CAPEVAL_TEST_DEVICE={device} but CUDA is not available")
+    return device
+
+
+@pytest.fixture(scope="session")
+def capeval_test_papers() -> Path:
+    """Folder of the papers' plain-text versions (``pacscore-sarto2023.txt``...)."""
+    return _shared_folder("CAPEVAL_TEST_PAPERS", "papers", "the papers' text files (pacscore-sarto2023.txt)")
 
 
 @pytest.fixture(scope="session")

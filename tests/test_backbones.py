@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import shutil
 import socket
-from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
 
 from capeval import ModelNotAvailableError, PACScore
-from capeval.backbones import DEFAULT_REVISIONS, load_backbone
+from capeval.hub import DEFAULT_REVISIONS
+from capeval.models.clip.loading import load_backbone
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "pacscore"
 
 
 def test_a_backbone_is_loaded_once_per_model_device_and_precision(tiny_openai_clip) -> None:
@@ -40,7 +39,8 @@ def _block_network(monkeypatch) -> None:
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
-def test_default_model_loads_from_a_populated_cache_without_network(tiny_openai_clip, tmp_path, monkeypatch) -> None:
+def test_default_model_loads_from_a_populated_cache_without_network(tiny_openai_clip, tmp_path, monkeypatch,
+                                                                    capeval_test_data) -> None:
     """A hub cache holding the pinned revision of the default PAC-S model, as a first online run leaves it."""
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "models--capeval--pacs-clip-vit-b-32"
@@ -50,8 +50,8 @@ def test_default_model_loads_from_a_populated_cache_without_network(tiny_openai_
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     _block_network(monkeypatch)
     scorer = PACScore(device="cpu")
-    result = scorer.score([EXAMPLES / "images" / "image1.jpg"], ["A white dog is laying on the ground ."])
+    result = scorer.score([capeval_test_data / "examples" / "pacscore" / "images" / "image1.jpg"], ["A white dog is laying on the ground ."])
     assert "model:capeval/pacs-clip-vit-b-32|revision:v1.0|w:2.0" in result["signature"]
     direct = PACScore(model=tiny_openai_clip.hf_dir, device="cpu").score(
-        [EXAMPLES / "images" / "image1.jpg"], ["A white dog is laying on the ground ."])
+        [capeval_test_data / "examples" / "pacscore" / "images" / "image1.jpg"], ["A white dog is laying on the ground ."])
     assert result["pac_scores"] == direct["pac_scores"]

@@ -8,7 +8,6 @@ Sarto et al., "Positive-Augmented Contrastive Learning for Image and Video Capti
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, List
 
@@ -30,9 +29,6 @@ from capeval.benchmarks.baselines import (
 from capeval.inputs import InputError
 
 FLICKR8K_FIXTURE = Path(__file__).parent / "data" / "benchmarks" / "flickr8k"
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SHARED_FLICKR8K = Path(os.environ.get("CAPEVAL_FLICKR8K_DIR", SHARED_DATA / "flickr8k"))
-SHARED_PASCAL = Path(os.environ.get("CAPEVAL_PASCAL50S_DIR", SHARED_DATA / "pascal50s"))
 FIVE = ["BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr"]
 
 # aimagelab/pacscore README.md, expected output of compute_correlations.py: (Kendall tau-b, Kendall tau-c).
@@ -190,10 +186,10 @@ def test_spice_offline_is_explained_or_runs() -> None:
 
 
 @pytest.fixture(scope="session")
-def flickr8k_scores() -> Dict[str, Dict[str, List[float]]]:
+def flickr8k_scores(capeval_test_data: Path) -> Dict[str, Dict[str, List[float]]]:
     scores = {}
     for name in PUBLISHED_CORRELATIONS:
-        benchmark = load_benchmark(name, SHARED_FLICKR8K)
+        benchmark = load_benchmark(name, capeval_test_data / "flickr8k")
         scores[name] = compute_baselines(
             [item.candidate for item in benchmark.items], [item.references for item in benchmark.items], FIVE
         )
@@ -228,12 +224,12 @@ def _pascal_accuracies(benchmark, scores: List[float], tie_credit: float) -> Lis
     return per_category + [sum(per_category) / 4]
 
 
-def test_pascal50s_accuracies_near_published() -> None:
+def test_pascal50s_accuracies_near_published(capeval_test_data: Path) -> None:
     # Both captions of every pair are items with that pair's 5 references, all 8,000 scored in one call. The paper
     # averages 5 random draws of 5 of the 48 references; this file has one fixed draw, so agreement is approximate
     # (measured: means within 1.2 points, categories within 2.7). Ties: strictly higher wins; a coin flip is shown
     # for comparison and moves the means by at most 0.9 points (BLEU-1 / ROUGE-L tie most often).
-    benchmark = load_benchmark("pascal-50s", SHARED_PASCAL)
+    benchmark = load_benchmark("pascal-50s", capeval_test_data / "pascal50s")
     candidates = [caption for item in benchmark.items for caption in item.candidates]
     references = [item.references for item in benchmark.items for _ in (0, 1)]
     scores = compute_baselines(candidates, references, FIVE)

@@ -28,9 +28,6 @@ from capeval.benchmarks import (
 
 DATA = Path(__file__).parent / "data" / "benchmarks"
 FLICKR8K = DATA / "flickr8k"
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SHARED_FLICKR8K = Path(os.environ.get("CAPEVAL_FLICKR8K_DIR", SHARED_DATA / "flickr8k"))
-SHARED_PASCAL = Path(os.environ.get("CAPEVAL_PASCAL50S_DIR", SHARED_DATA / "pascal50s"))
 
 
 def _content(benchmark: Benchmark) -> List[tuple]:
@@ -137,9 +134,9 @@ def test_flickr8k_errors_name_the_line(tmp_path: Path) -> None:
         load_benchmark("flickr8k-expert")
 
 
-def test_flickr8k_full_release_counts() -> None:
-    expert = load_benchmark("flickr8k-expert", SHARED_FLICKR8K)
-    crowdflower = load_benchmark("flickr8k-cf", SHARED_FLICKR8K)
+def test_flickr8k_full_release_counts(capeval_test_data: Path) -> None:
+    expert = load_benchmark("flickr8k-expert", capeval_test_data / "flickr8k")
+    crowdflower = load_benchmark("flickr8k-cf", capeval_test_data / "flickr8k")
     assert len(expert.items) == 16992 and "158 (image, candidate) pairs" in expert.protocol
     assert len(crowdflower.items) == 47830 and "723 references removed" in crowdflower.protocol
     assert len(expert.images()) == len(crowdflower.images()) == 1000
@@ -147,9 +144,9 @@ def test_flickr8k_full_release_counts() -> None:
     assert {len(item.references) for item in crowdflower.items} == {3, 4, 5}
 
 
-def test_pascal50s_full_file() -> None:
-    benchmark = load_benchmark("pascal-50s", SHARED_PASCAL)
-    raw = json.loads((SHARED_PASCAL / "pascal_50s.json").read_text())
+def test_pascal50s_full_file(capeval_test_data: Path) -> None:
+    benchmark = load_benchmark("pascal-50s", capeval_test_data / "pascal50s")
+    raw = json.loads((capeval_test_data / "pascal50s" / "pascal_50s.json").read_text())
     assert benchmark.task == "pairwise" and len(benchmark.items) == 4000
     for category in ("HC", "HI", "HM", "MM"):
         items = [item for item in benchmark.items if item.category == category]

@@ -15,14 +15,22 @@ from capeval.benchmarks.report import write_report
 from capeval.benchmarks.runner import builtin_metrics, run_benchmark
 from capeval.cli import main
 
-FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
-PASCAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "pascal50s"
 
 
-def test_clip_s_on_flickr8k_expert_end_to_end(tiny_openai_clip, tmp_path) -> None:
-    benchmark = load_benchmark("flickr8k-expert", FLICKR)
+@pytest.fixture(scope="module")
+def flickr8k(capeval_test_data: Path) -> Path:
+    return capeval_test_data / "flickr8k"
+
+
+@pytest.fixture(scope="module")
+def pascal50s(capeval_test_data: Path) -> Path:
+    return capeval_test_data / "pascal50s"
+
+
+def test_clip_s_on_flickr8k_expert_end_to_end(flickr8k, tiny_openai_clip, tmp_path) -> None:
+    benchmark = load_benchmark("flickr8k-expert", flickr8k)
     metrics = builtin_metrics(["clip_s", "ref_clip_s"], model=tiny_openai_clip.hf_dir, device="cpu")
-    result = run_benchmark(benchmark, metrics, FLICKR / "images_224", n_resamples=50)
+    result = run_benchmark(benchmark, metrics, flickr8k / "images_224", n_resamples=50)
     engine = metrics["clip_s"].scorer.engine
     assert metrics["ref_clip_s"].scorer is metrics["clip_s"].scorer  # one scorer, one set of embeddings
     assert engine.encoded["image"] == 1000  # every distinct image once, not once per item (16,992)
@@ -47,11 +55,11 @@ def test_clip_s_on_flickr8k_expert_end_to_end(tiny_openai_clip, tmp_path) -> Non
     assert len(pngs) >= 2 and all(Image.open(path).size[0] > 300 for path in pngs)
 
 
-def test_cli_fails_early_naming_missing_images(tiny_openai_clip, tmp_path, capsys) -> None:
+def test_cli_fails_early_naming_missing_images(flickr8k, tiny_openai_clip, tmp_path, capsys) -> None:
     images = tmp_path / "images"
     images.mkdir()
-    (images / "1056338697_4f7d7ce270.jpg").write_bytes((FLICKR / "images_224" / "1056338697_4f7d7ce270.jpg").read_bytes())
-    code = main(["benchmark", "--dataset", "flickr8k-expert", "--data-root", str(FLICKR), "--metric", "clip_s",
+    (images / "1056338697_4f7d7ce270.jpg").write_bytes((flickr8k / "images_224" / "1056338697_4f7d7ce270.jpg").read_bytes())
+    code = main(["benchmark", "--dataset", "flickr8k-expert", "--data-root", str(flickr8k), "--metric", "clip_s",
                  "--images", str(images), "--model", str(tiny_openai_clip.hf_dir), "--device", "cpu"])
     error = capsys.readouterr().err
     assert code == 2
@@ -239,9 +247,9 @@ def test_foil_pair_without_a_foil_is_named() -> None:
         run_benchmark(_foil_benchmark(broken=True), {"m": _constant_metric([0.0] * 60)}, n_resamples=5)
 
 
-def test_cli_writes_table_and_files(monkeypatch, tmp_path, capsys) -> None:
-    """The command's plumbing on PASCAL-50S with a stand-in for the built-in metrics."""
-    benchmark = load_benchmark("pascal-50s", PASCAL)
+def test_cli_writes_table_and_files(pascal50s, monkeypatch, tmp_path, capsys) -> None:
+    """The command's plumbing on pascal50s-50S with a stand-in for the built-in metrics."""
+    benchmark = load_benchmark("pascal-50s", pascal50s)
     requested = {}
 
     def fake_builtin_metrics(names, **options):
@@ -250,7 +258,7 @@ def test_cli_writes_table_and_files(monkeypatch, tmp_path, capsys) -> None:
                 for name in names}
 
     monkeypatch.setattr(benchmark_command, "builtin_metrics", fake_builtin_metrics)
-    code = main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(PASCAL), "--metric", "cider",
+    code = main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(pascal50s), "--metric", "cider",
                  "--metric", "bleu4", "--model", "some/model", "--bootstrap", "20", "--seed", "4",
                  "--output", str(tmp_path / "out")])
     printed = capsys.readouterr().out

@@ -18,7 +18,6 @@ from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPMode
 from conversion.convert_clip import (INCEPTION_MEAN, INCEPTION_STD, OPENAI_MEAN, OPENAI_STD, CheckpointError,
                                      clip_config_from_state_dict, convert_checkpoint, convert_state_dict, main)
 
-FLICKR8K = Path("/work/shared/data/flickr8k")
 IMAGE_NAMES = ["1056338697_4f7d7ce270.jpg", "106490881_5a2dd9b7bd.jpg", "1082379191_ec1e53f996.jpg"]
 LONG_CAPTION = " ".join(["a small brown dog with a red collar jumps over a wooden fence in the park"] * 6)
 TRICKY_TEXTS = [
@@ -43,14 +42,16 @@ def projected(features: torch.Tensor | object) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def flickr_captions() -> list[str]:
-    lines = (FLICKR8K / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
+def flickr_captions(capeval_test_data: Path) -> list[str]:
+    lines = (capeval_test_data / "flickr8k" / "Flickr8k.token.txt").read_text(encoding="utf-8").splitlines()
     return [line.split("\t", 1)[1] for line in lines[::16]]
 
 
 @pytest.fixture(scope="module")
-def parity_texts(flickr_captions: list[str]) -> list[str]:
-    return flickr_captions[:6] + [LONG_CAPTION]
+def parity_inputs(capeval_test_data: Path, flickr_captions: list[str]) -> tuple[list[Path], list[str]]:
+    """Original Flickr8k image files and texts the converted and original models must embed alike."""
+    images = [capeval_test_data / "flickr8k" / "images_original" / name for name in IMAGE_NAMES]
+    return images, flickr_captions[:6] + [LONG_CAPTION]
 
 
 def original_image_transform(arch: str):
@@ -59,9 +60,11 @@ def original_image_transform(arch: str):
     return open_clip.image_transform(224, is_train=False, mean=INCEPTION_MEAN, std=INCEPTION_STD)
 
 
-def assert_same_embeddings(original: torch.nn.Module, hf_dir: Path, arch: str, texts: list[str]) -> None:
+def assert_same_embeddings(original: torch.nn.Module, hf_dir: Path, arch: str,
+                           inputs: tuple[list[Path], list[str]]) -> None:
+    images, texts = inputs
     transform = original_image_transform(arch)
-    pixels = torch.stack([transform(Image.open(FLICKR8K / "images_original" / name)) for name in IMAGE_NAMES])
+    pixels = torch.stack([transform(Image.open(path)) for path in images])
     tokens = clip.tokenize(texts, truncate=True)
     converted = CLIPModel.from_pretrained(hf_dir).eval()
     with torch.no_grad():
@@ -79,7 +82,7 @@ def test_long_caption_is_truncated_by_clip_tokenize() -> None:
 
 @pytest.mark.parametrize("variant", ["state_dict", "torchscript", "pacs", "pacs_module_prefix"])
 def test_openai_formats_match_original(variant: str, tiny_openai_clip: TinyClip, tmp_path: Path,
-                                       parity_texts: list[str]) -> None:
+                                       parity_inputs: tuple[list[Path], list[str]]) -> None:
     model = tiny_openai_clip.model
     if variant == "state_dict":
         checkpoint = tiny_openai_clip.checkpoint
@@ -90,25 +93,25 @@ def test_openai_formats_match_original(variant: str, tiny_openai_clip: TinyClip,
     arch = None if variant == "torchscript" else "openai"  # TorchScript archives are recognised as OpenAI's
     hf_dir = convert_checkpoint(checkpoint, tmp_path / "hf", arch=arch)
     assert CLIPModel.from_pretrained(hf_dir).config.text_config.hidden_act == "quick_gelu"
-    assert_same_embeddings(model, hf_dir, "openai", parity_texts)
+    assert_same_embeddings(model, hf_dir, "openai", parity_inputs)
 
 
 @pytest.mark.parametrize("variant", ["state_dict", "pacs"])
 def test_openclip_formats_match_original(variant: str, tiny_openclip: TinyClip, tmp_path: Path,
-                                         parity_texts: list[str]) -> None:
+                                         parity_inputs: tuple[list[Path], list[str]]) -> None:
     if variant == "state_dict":
         checkpoint = tiny_openclip.checkpoint
     else:
         checkpoint = save_pacs_checkpoint(tiny_openclip.model, tmp_path / "pacs.pth")
     hf_dir = convert_checkpoint(checkpoint, tmp_path / "hf", arch="openclip")
     assert CLIPModel.from_pretrained(hf_dir).config.vision_config.hidden_act == "gelu"
-    assert_same_embeddings(tiny_openclip.model, hf_dir, "openclip", parity_texts)
+    assert_same_embeddings(tiny_openclip.model, hf_dir, "openclip", parity_inputs)
 
 
 def test_fixture_folders_match_their_models(tiny_openai_clip: TinyClip, tiny_openclip: TinyClip,
-                                            parity_texts: list[str]) -> None:
-    assert_same_embeddings(tiny_openai_clip.model, tiny_openai_clip.hf_dir, "openai", parity_texts)
-    assert_same_embeddings(tiny_openclip.model, tiny_openclip.hf_dir, "openclip", parity_texts)
+                                            parity_inputs: tuple[list[Path], list[str]]) -> None:
+    assert_same_embeddings(tiny_openai_clip.model, tiny_openai_clip.hf_dir, "openai", parity_inputs)
+    assert_same_embeddings(tiny_openclip.model, tiny_openclip.hf_dir, "openclip", parity_inputs)
 
 
 def test_wrong_arch_changes_embeddings(tiny_openclip: TinyClip, tmp_path: Path) -> None:
@@ -252,9 +255,10 @@ def test_config_of_full_size_openclip_vit_l_14() -> None:
 
 
 def test_transformers_tokenizer_padding_and_truncation_pool_at_end_token(tiny_openai_clip: TinyClip,
-                                                                          parity_texts: list[str]) -> None:
+                                                                          parity_inputs: tuple[list[Path], list[str]]
+                                                                          ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tiny_openai_clip.hf_dir)
-    texts = [openai_clean(text) for text in parity_texts]
+    texts = [openai_clean(text) for text in parity_inputs[1]]
     batch = tokenizer(texts, padding="max_length", truncation=True, max_length=77, return_tensors="pt")
     reference_tokens = clip.tokenize(texts, truncate=True)
     assert torch.equal(batch["input_ids"][:, :2], reference_tokens[:, :2])

@@ -18,21 +18,25 @@ from safetensors.torch import load_file, save_file
 from capeval import CLIPScore
 from capeval.cache import DiskCache
 
-FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
-IMAGES = sorted((FLICKR / "images_224").glob("*.jpg"))[:10]
 CAPTIONS = [f"a photo of thing number {i}" for i in range(7)]
 
 
-def _workload(n: int = 24):
-    images = [IMAGES[i % len(IMAGES)] for i in range(n)]
+@pytest.fixture(scope="module")
+def flickr_images(capeval_test_data: Path) -> list:
+    """Ten 224px Flickr8k images."""
+    return sorted((capeval_test_data / "flickr8k" / "images_224").glob("*.jpg"))[:10]
+
+
+def _workload(flickr_images: list, n: int = 24):
+    images = [flickr_images[i % len(flickr_images)] for i in range(n)]
     candidates = [CAPTIONS[i % len(CAPTIONS)] for i in range(n)]
     references = [[CAPTIONS[(i + 1) % 7], f"reference {i % 5}"] for i in range(n)]
     return images, candidates, references
 
 
-def test_each_unique_image_and_text_is_encoded_once(tiny_openai_clip) -> None:
+def test_each_unique_image_and_text_is_encoded_once(flickr_images, tiny_openai_clip) -> None:
     scorer = CLIPScore(model=tiny_openai_clip.hf_dir)
-    images, candidates, references = _workload()
+    images, candidates, references = _workload(flickr_images)
     clip_only = scorer.score(images, candidates)
     assert scorer.engine.encoded == {"image": 10, "text": 7}
     with_refs = scorer.score(images, candidates, references)
@@ -42,8 +46,8 @@ def test_each_unique_image_and_text_is_encoded_once(tiny_openai_clip) -> None:
     assert scorer.engine.encoded == {"image": 10, "text": 12}
 
 
-def test_streamed_input_in_chunks_equals_list_input(tiny_openai_clip) -> None:
-    images, candidates, references = _workload()
+def test_streamed_input_in_chunks_equals_list_input(flickr_images, tiny_openai_clip) -> None:
+    images, candidates, references = _workload(flickr_images)
     listed = CLIPScore(model=tiny_openai_clip.hf_dir).score(images, candidates, references)
     streamed = CLIPScore(model=tiny_openai_clip.hf_dir, chunk_size=5).score(
         iter(images), (c for c in candidates), iter(references))
@@ -53,8 +57,8 @@ def test_streamed_input_in_chunks_equals_list_input(tiny_openai_clip) -> None:
     assert len(streamed["clip_scores"]) == 24
 
 
-def test_disk_cache_is_reused_by_a_fresh_scorer(tiny_openai_clip, tmp_path) -> None:
-    images, candidates, references = _workload()
+def test_disk_cache_is_reused_by_a_fresh_scorer(flickr_images, tiny_openai_clip, tmp_path) -> None:
+    images, candidates, references = _workload(flickr_images)
     cold = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
     expected = cold.score(images, candidates, references)
     warm = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
@@ -62,8 +66,8 @@ def test_disk_cache_is_reused_by_a_fresh_scorer(tiny_openai_clip, tmp_path) -> N
     assert warm.engine.encoded == {"image": 0, "text": 0}
 
 
-def test_disk_cache_never_serves_another_model(tiny_openai_clip, tmp_path) -> None:
-    images, candidates, _ = _workload()
+def test_disk_cache_never_serves_another_model(flickr_images, tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload(flickr_images)
     CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path / "cache").score(images, candidates)
     changed = tmp_path / "changed"
     shutil.copytree(tiny_openai_clip.hf_dir, changed)
@@ -76,18 +80,18 @@ def test_disk_cache_never_serves_another_model(tiny_openai_clip, tmp_path) -> No
 
 
 @pytest.mark.parametrize("version", ["PREPROCESSING_VERSION", "FORWARD_VERSION"])
-def test_disk_cache_never_serves_another_preprocessing_or_forward_version(tiny_openai_clip, tmp_path, monkeypatch,
-                                                                          version: str) -> None:
-    images, candidates, _ = _workload()
+def test_disk_cache_never_serves_another_preprocessing_or_forward_version(flickr_images, tiny_openai_clip, tmp_path,
+                                                                          monkeypatch, version: str) -> None:
+    images, candidates, _ = _workload(flickr_images)
     CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
-    monkeypatch.setattr(f"capeval.engine.{version}", "changed")
+    monkeypatch.setattr(f"capeval.models.clip.encoders.{version}", "changed")
     again = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
     again.score(images, candidates)
     assert again.engine.encoded == {"image": 10, "text": 7}
 
 
-def test_corrupt_entries_are_recomputed_not_trusted(tiny_openai_clip, tmp_path) -> None:
-    images, candidates, _ = _workload()
+def test_corrupt_entries_are_recomputed_not_trusted(flickr_images, tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload(flickr_images)
     expected = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
     image_db = next(tmp_path.glob("image-*.sqlite"))
     with sqlite3.connect(image_db) as connection:
@@ -102,8 +106,8 @@ def test_corrupt_entries_are_recomputed_not_trusted(tiny_openai_clip, tmp_path) 
     assert scorer.engine.encoded == {"image": 2, "text": 0}
 
 
-def test_unreadable_cache_file_is_set_aside(tiny_openai_clip, tmp_path) -> None:
-    images, candidates, _ = _workload()
+def test_unreadable_cache_file_is_set_aside(flickr_images, tiny_openai_clip, tmp_path) -> None:
+    images, candidates, _ = _workload(flickr_images)
     expected = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path).score(images, candidates)
     text_db = next(tmp_path.glob("text-*.sqlite"))
     for leftover in tmp_path.glob("text-*.sqlite-*"):
@@ -146,8 +150,8 @@ json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w
 """
 
 
-def test_two_processes_equal_one_exactly(tiny_openai_clip, tmp_path) -> None:
-    images, candidates, references = _workload(30)
+def test_two_processes_equal_one_exactly(flickr_images, tiny_openai_clip, tmp_path) -> None:
+    images, candidates, references = _workload(flickr_images, 30)
     payload = tmp_path / "payload.json"
     payload.write_text(json.dumps({"images": [str(p) for p in images], "candidates": candidates,
                                    "references": references}))
@@ -189,8 +193,8 @@ def test_memory_cache_is_bounded_in_bytes_and_keeps_recent_rows() -> None:
     assert sorted(cache.get_many(["k2", "k3", "k4", "k5"])) == ["k2", "k4", "k5"]  # k3 was least recently used
 
 
-def test_scoring_after_eviction_recomputes_the_same_rows(tiny_openai_clip) -> None:
-    images, candidates, _ = _workload()
+def test_scoring_after_eviction_recomputes_the_same_rows(flickr_images, tiny_openai_clip) -> None:
+    images, candidates, _ = _workload(flickr_images)
     scorer = CLIPScore(model=tiny_openai_clip.hf_dir)
     first = scorer.score(images, candidates)
     scorer.engine._memory["image"].capacity_bytes = 0

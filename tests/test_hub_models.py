@@ -20,7 +20,6 @@ from conversion.publish import ORIGINAL_SHA256_PATTERN, WEIGHTS_FILE, read_front
 from hub_models.generate_configs import HUB_MODELS, check, write_metadata
 
 HUB_MODELS_DIR = Path(__file__).resolve().parent.parent / "hub_models"
-PAPER = Path("/work/shared/papers/pacscore-sarto2023.txt")
 B32 = "capeval/pacs-clip-vit-b-32"
 L14 = "capeval/pacs-openclip-vit-l-14"
 BPP32 = "capeval/pacspp-clip-vit-b-32"
@@ -83,7 +82,7 @@ EXPECTED_RESULTS: dict[str, dict[tuple[str, str], PaperCell]] = {
         ("FOIL", "PAC-S accuracy"): PaperCell(8, "OpenCLIP ViT-L/14", "PAC-S", 8),
     },
 }
-# The PAC-S++ cards list no results: the PAC-S++ paper (arXiv 2410.07336) is not in /work/shared/papers.
+# The PAC-S++ cards list no results: the PAC-S++ paper (arXiv 2410.07336) is not among the test papers.
 EXPECTED_RESULTS[BPP32] = {}
 EXPECTED_RESULTS[LPP14] = {}
 BASE_MODELS = {B32: "openai/clip-vit-base-patch32", L14: "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
@@ -92,13 +91,20 @@ OPENAI_NORMALIZED = (B32, BPP32, LPP14)
 
 
 def model_folders() -> list[str]:
-    """Repo ids of every hub_models/<namespace>/<name> folder."""
-    return sorted(f"{path.parent.name}/{path.name}" for path in HUB_MODELS_DIR.glob("*/*") if path.is_dir())
+    """Repo ids of every CLIP folder hub_models/<namespace>/<name> (those with a preprocessor_config.json; the
+    region detector's folder is checked in tests/test_bottom_up_regions.py)."""
+    return sorted(f"{path.parent.name}/{path.name}" for path in HUB_MODELS_DIR.glob("*/*")
+                  if path.is_dir() and (path / "preprocessor_config.json").is_file())
 
 
-def paper_table(number: int) -> list[list[str]]:
+@pytest.fixture(scope="module")
+def pacscore_paper(capeval_test_papers: Path) -> list[str]:
+    """Lines of the PAC-S paper's text (Sarto et al., CVPR 2023)."""
+    return (capeval_test_papers / "pacscore-sarto2023.txt").read_text(encoding="utf-8").splitlines()
+
+
+def paper_table(lines: list[str], number: int) -> list[list[str]]:
     """Rows (tab-separated cells) of Table ``number`` in the paper text: the tabbed lines just above its caption."""
-    lines = PAPER.read_text(encoding="utf-8").splitlines()
     caption = next(index for index, line in enumerate(lines) if line.startswith(f"Table {number}. "))
     start = caption - 1
     while not lines[start].strip():
@@ -109,9 +115,9 @@ def paper_table(number: int) -> list[list[str]]:
     return [line.split("\t") for line in lines[start + 1:end]]
 
 
-def paper_number(cell: PaperCell) -> float:
-    """The number the paper prints at ``cell`` (improvement annotations such as "(+2.8)" dropped)."""
-    rows = paper_table(cell.table)
+def paper_number(lines: list[str], cell: PaperCell) -> float:
+    """The number the paper (text ``lines``) prints at ``cell`` (improvement annotations such as "(+2.8)" dropped)."""
+    rows = paper_table(lines, cell.table)
     if cell.group is not None:
         rows = rows[next(index for index, row in enumerate(rows) if row[0] == cell.group):]
     row = next(row for row in rows if cell.label in row)
@@ -142,12 +148,12 @@ def test_every_folder_is_known() -> None:
     assert model_folders() == sorted([*EXPECTED_RESULTS, *NON_CLIP_MODELS])
 
 
-def test_paper_parser_reads_known_numbers() -> None:
+def test_paper_parser_reads_known_numbers(pacscore_paper: list[str]) -> None:
     """Cross-checks of the parser on numbers the paper text also states in prose."""
-    assert paper_number(PaperCell(1, None, "CLIP-S [17]", 2)) == 51.2  # CLIP-S tau-c 51.2 (CLIPScore paper)
-    assert paper_number(PaperCell(4, None, "CLIP-S [17]", 2)) == 99.3  # underlined in the text
-    assert paper_number(PaperCell(8, "OpenCLIP ViT-L/14", "CLIP-S [17]", 1)) == 54.4
-    assert paper_number(PaperCell(8, "CLIP ViT-B/16", "PAC-S", 1)) == 54.5
+    assert paper_number(pacscore_paper, PaperCell(1, None, "CLIP-S [17]", 2)) == 51.2  # CLIP-S tau-c (CLIPScore paper)
+    assert paper_number(pacscore_paper, PaperCell(4, None, "CLIP-S [17]", 2)) == 99.3  # underlined in the text
+    assert paper_number(pacscore_paper, PaperCell(8, "OpenCLIP ViT-L/14", "CLIP-S [17]", 1)) == 54.4
+    assert paper_number(pacscore_paper, PaperCell(8, "CLIP ViT-B/16", "PAC-S", 1)) == 54.5
 
 
 @pytest.mark.parametrize("repo_id", sorted(EXPECTED_RESULTS))
@@ -164,7 +170,7 @@ def test_card_front_matter(repo_id: str) -> None:
 
 
 @pytest.mark.parametrize("repo_id", sorted(EXPECTED_RESULTS))
-def test_card_numbers_are_the_papers(repo_id: str) -> None:
+def test_card_numbers_are_the_papers(repo_id: str, request: pytest.FixtureRequest) -> None:
     metadata = read_front_matter(HUB_MODELS_DIR / repo_id / "README.md")
     found: dict[tuple[str, str], tuple[float, str]] = {}
     for result in metadata["model-index"][0]["results"]:
@@ -174,7 +180,7 @@ def test_card_numbers_are_the_papers(repo_id: str) -> None:
     assert sorted(found) == sorted(expected)
     for key, cell in expected.items():
         value, source = found[key]
-        assert value == paper_number(cell), key
+        assert value == paper_number(request.getfixturevalue("pacscore_paper"), cell), key
         assert source.endswith(f"Table {cell.table}"), key
 
 

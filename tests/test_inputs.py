@@ -4,7 +4,9 @@ from __future__ import annotations
 import io
 import zlib
 import struct
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -12,8 +14,22 @@ from PIL import Image
 
 from capeval import CLIPScore, InputError
 
-IMAGES = Path(__file__).resolve().parents[2] / "shared" / "data" / "examples" / "clipscore" / "images"
-IMAGE_1, IMAGE_2 = IMAGES / "image1.jpg", IMAGES / "image2.jpg"
+
+@dataclass(frozen=True)
+class ExampleImage:
+    """Stands for CLIPScore's example image ``number`` in test parameters (the files come from the test data)."""
+
+    number: int
+
+
+IMAGE_1, IMAGE_2 = ExampleImage(1), ExampleImage(2)
+
+
+@pytest.fixture(scope="module")
+def example_images(capeval_test_data: Path) -> Tuple[Path, Path]:
+    """CLIPScore's two example images."""
+    folder = capeval_test_data / "examples" / "clipscore" / "images"
+    return folder / "image1.jpg", folder / "image2.jpg"
 
 
 @pytest.fixture(scope="module")
@@ -51,62 +67,71 @@ def _png_header_only(width: int, height: int) -> bytes:
         ([], [], None, "no items to score"),
     ],
 )
-def test_bad_input_names_the_item(scorer, images, candidates, references, message) -> None:
+def test_bad_input_names_the_item(scorer, request, images, candidates, references, message) -> None:
+    if any(isinstance(image, ExampleImage) for image in images):  # only these cases need the test data
+        files = request.getfixturevalue("example_images")
+        images = [files[image.number - 1] if isinstance(image, ExampleImage) else image for image in images]
     with pytest.raises(InputError, match=message):
         scorer.score(images, candidates, references)
 
 
-def test_streamed_inputs_of_different_length_are_an_error(scorer) -> None:
-    images = (p for p in [IMAGE_1, IMAGE_2, IMAGE_1])
+def test_streamed_inputs_of_different_length_are_an_error(scorer, example_images) -> None:
+    image_1, image_2 = example_images
+    images = (p for p in [image_1, image_2, image_1])
     captions = (c for c in ["a", "b"])
     with pytest.raises(InputError, match="images ended after 2 items|candidates ended after 2 items"):
         scorer.score(images, captions)
 
 
-def test_corrupt_image_file(scorer, tmp_path) -> None:
+def test_corrupt_image_file(scorer, example_images, tmp_path) -> None:
+    image_1, image_2 = example_images
     truncated = tmp_path / "truncated.jpg"
-    truncated.write_bytes(IMAGE_1.read_bytes()[:2000])
+    truncated.write_bytes(image_1.read_bytes()[:2000])
     with pytest.raises(InputError, match=r"images\[1\] \(.*truncated.jpg\) could not be decoded"):
-        scorer.score([IMAGE_2, truncated], ["a", "b"])
+        scorer.score([image_2, truncated], ["a", "b"])
     garbage = tmp_path / "garbage.jpg"
     garbage.write_bytes(b"\xff\xd8\xff" + b"\x00" * 100)
     with pytest.raises(InputError, match=r"images\[0\] .*garbage.jpg.* not a readable image"):
         scorer.score([garbage], ["a"])
 
 
-def test_decompression_bomb_is_refused_before_decoding(scorer, tmp_path) -> None:
+def test_decompression_bomb_is_refused_before_decoding(scorer, example_images, tmp_path) -> None:
+    image_1, image_2 = example_images
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(_png_header_only(40_000, 40_000))  # 1.6 gigapixels claimed in a few hundred bytes
     assert bomb.stat().st_size < 1000
     with pytest.raises(InputError, match=r"images\[1\] .*bomb.png.* too large"):
-        scorer.score([IMAGE_1, bomb], ["a", "b"])
+        scorer.score([image_1, bomb], ["a", "b"])
     with pytest.raises(InputError, match=r"images\[0\] .* too large"):
         scorer.score([bomb.read_bytes()], ["a"])
 
 
-def test_image_between_pil_warning_and_error_limits_is_refused(scorer, monkeypatch) -> None:
-    width, height = Image.open(IMAGE_1).size
+def test_image_between_pil_warning_and_error_limits_is_refused(scorer, example_images, monkeypatch) -> None:
+    image_1, image_2 = example_images
+    width, height = Image.open(image_1).size
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", width * height - 1)  # now above the warning limit only
     with pytest.raises(InputError, match=r"images\[0\] .* too large"):
-        scorer.score([IMAGE_1], ["a"])
+        scorer.score([image_1], ["a"])
     with pytest.warns(Image.DecompressionBombWarning):
-        opened = Image.open(IMAGE_1)  # PIL itself only warns at this size
+        opened = Image.open(image_1)  # PIL itself only warns at this size
     with pytest.raises(InputError, match=r"images\[0\]: .* exceeds PIL.Image.MAX_IMAGE_PIXELS"):
         scorer.score([opened], ["a"])
 
 
-def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer) -> None:
+def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer, example_images) -> None:
+    image_1, image_2 = example_images
     long_caption = "a very long caption about a dog " * 20
     with pytest.warns(UserWarning, match="^3 texts exceed CLIP's 77-token context") as record:
-        result = scorer.score([IMAGE_1, IMAGE_2], [long_caption, "short"], [[long_caption], ["ok", long_caption]])
+        result = scorer.score([image_1, image_2], [long_caption, "short"], [[long_caption], ["ok", long_caption]])
     assert len([w for w in record if "exceed" in str(w.message)]) == 1
     truncated_only = long_caption.split()[:60]  # well past 75 tokens once prompted: same tokens after truncation
-    same = scorer.score([IMAGE_1], [" ".join(truncated_only) + " and more words"])
+    same = scorer.score([image_1], [" ".join(truncated_only) + " and more words"])
     assert result["clip_scores"][0] == same["clip_scores"][0]
 
 
-def test_nothing_is_dropped_and_order_is_kept(scorer) -> None:
-    images = [IMAGE_1, IMAGE_2, IMAGE_1, IMAGE_2, IMAGE_1]
+def test_nothing_is_dropped_and_order_is_kept(scorer, example_images) -> None:
+    image_1, image_2 = example_images
+    images = [image_1, image_2, image_1, image_2, image_1]
     captions = ["a cat", "a dog", "a dog", "a cat", "a cat"]
     result = scorer.score(images, captions)
     scores = result["clip_scores"]
@@ -116,9 +141,10 @@ def test_nothing_is_dropped_and_order_is_kept(scorer) -> None:
     np.testing.assert_allclose(scores, separately, atol=1e-7)
 
 
-def test_rgba_bytes_and_pil_palette_inputs_are_accepted(scorer) -> None:
+def test_rgba_bytes_and_pil_palette_inputs_are_accepted(scorer, example_images) -> None:
+    image_1, image_2 = example_images
     buffer = io.BytesIO()
-    Image.open(IMAGE_1).convert("RGBA").save(buffer, format="PNG")
-    palette = Image.open(IMAGE_2).quantize(colors=16)
+    Image.open(image_1).convert("RGBA").save(buffer, format="PNG")
+    palette = Image.open(image_2).quantize(colors=16)
     result = scorer.score([buffer.getvalue(), palette], ["a cat", "a dog"])
     assert len(result["clip_scores"]) == 2 and all(np.isfinite(result["clip_scores"]))

@@ -24,7 +24,6 @@ from conversion.convert_clip import (OPENAI_MEAN, OPENAI_STD, CheckpointError, c
 from hub_models.generate_configs import HUB_MODELS, HUB_MODELS_DIR
 
 GOLDEN_PATH = Path(__file__).resolve().parent / "data" / "pacspp" / "golden_embeddings.json"
-IMAGES_DIR = Path("/work/shared/data/flickr8k/images_224")
 SEED = 20241011
 LORA_RANK = 4
 LORA_SCALING = 1 / LORA_RANK  # lora_alpha 1 / rank, as in the reference
@@ -100,10 +99,16 @@ def state_dict_sha256(state_dict: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def reference_pixels(image_names: list[str]) -> torch.Tensor:
-    """The reference code's image transform applied to the golden images."""
+def reference_pixels(images: Path, image_names: list[str]) -> torch.Tensor:
+    """The reference code's image transform applied to the golden images (files of the folder ``images``)."""
     transform = reference_transform(OPENAI_MEAN, OPENAI_STD)
-    return torch.stack([transform(Image.open(IMAGES_DIR / name)) for name in image_names])
+    return torch.stack([transform(Image.open(images / name)) for name in image_names])
+
+
+@pytest.fixture(scope="module")
+def flickr8k_images(capeval_test_data: Path) -> Path:
+    """The 224px Flickr8k images the goldens were computed on."""
+    return capeval_test_data / "flickr8k" / "images_224"
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +134,8 @@ def converted_dir(pacspp_checkpoint: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def golden_inputs(golden: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    pixels = reference_pixels(golden["images"])
+def golden_inputs(golden: dict, flickr8k_images: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    pixels = reference_pixels(flickr8k_images, golden["images"])
     assert hashlib.sha256(pixels.numpy().tobytes()).hexdigest() == golden["pixel_values_sha256"], (
         "the reference transform no longer gives the golden pixels (Pillow / torchvision changed?): regenerate "
         "the goldens as tests/data/pacspp/NOTE.md says")
@@ -177,8 +182,8 @@ def test_converted_embeddings_match_reference(converted_dir: Path, golden_inputs
     torch.testing.assert_close(text, expected_text, rtol=0, atol=EMBEDDING_ATOL)
 
 
-def test_pac_scores_match_reference(converted_dir: Path, golden: dict) -> None:
-    images = [IMAGES_DIR / golden["images"][image] for image, _ in golden["pac_pairs"]]
+def test_pac_scores_match_reference(converted_dir: Path, golden: dict, flickr8k_images: Path) -> None:
+    images = [flickr8k_images / golden["images"][image] for image, _ in golden["pac_pairs"]]
     candidates = [golden["texts"][text] for _, text in golden["pac_pairs"]]
     expected = torch.tensor(golden["pac_scores"], dtype=torch.float64)
     assert (expected > 0).sum() >= 3  # some pairs are not clipped at zero

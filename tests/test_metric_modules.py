@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import capeval
-from capeval.scorers import EmbeddingScorer
+from capeval.scorers.clipscore import EmbeddingScorer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODULES: Dict[str, Type[EmbeddingScorer]] = {"clipscore": capeval.CLIPScore, "pacscore": capeval.PACScore}

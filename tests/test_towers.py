@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import CLIPModel
 
-from capeval.preprocessing import pad_token_ids
-from capeval.towers import pooled_image_states, pooled_text_states
+from capeval.models.clip.preprocessing import pad_token_ids
+from capeval.models.clip.modeling import pooled_image_states, pooled_text_states
 
 START_TOKEN, END_TOKEN = 49406, 49407
 CAPTIONS = ["a dog", "two people ride bicycles along a river at sunset while a boat passes",

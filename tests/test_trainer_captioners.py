@@ -93,8 +93,9 @@ def first_words(caption: str, count: int) -> str:
 
 
 @pytest.mark.parametrize("arch", sorted(BUILDERS))
-def test_captioner_generates_from_the_image_alone(arch: str, tiny_openai_clip: Any, tmp_path: Path) -> None:
-    paths, references = flickr8k_items()
+def test_captioner_generates_from_the_image_alone(arch: str, tiny_openai_clip: Any, tmp_path: Path,
+                                                  capeval_test_data: Path) -> None:
+    paths, references = flickr8k_items(capeval_test_data / "flickr8k")
     tokenizer = word_tokenizer(references)
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     dataset = raw_dataset(paths, references).map(
@@ -128,8 +129,8 @@ def test_captioner_generates_from_the_image_alone(arch: str, tiny_openai_clip: A
     assert stock.evaluate()["eval_loss"] == pytest.approx(trainer.evaluate()["eval_loss"], rel=1e-6)
 
 
-def test_missing_generation_input_is_named(tiny_openai_clip: Any, tmp_path: Path) -> None:
-    paths, references = flickr8k_items()
+def test_missing_generation_input_is_named(tiny_openai_clip: Any, tmp_path: Path, capeval_test_data: Path) -> None:
+    paths, references = flickr8k_items(capeval_test_data / "flickr8k")
     tokenizer = word_tokenizer(references)
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     dataset = raw_dataset(paths, references).map(

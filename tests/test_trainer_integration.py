@@ -32,7 +32,6 @@ from capeval import CLIPScore, InputError, PACScore
 from capeval.integrations import trainer as trainer_integration
 from capeval.integrations.trainer import build_compute_metrics
 
-FLICKR8K = Path("/work/shared/data/flickr8k")
 NUM_IMAGES = 12
 EVAL_BATCH_SIZE = 5  # does not divide NUM_IMAGES: the last evaluation batch is short
 SPECIAL_TOKENS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
@@ -69,12 +68,12 @@ class Captioning:
     direct: Dict[str, Any]
 
 
-def flickr8k_items() -> tuple:
-    """The first NUM_IMAGES 224px Flickr8k images and their five reference captions each."""
-    paths = sorted((FLICKR8K / "images_224").iterdir())[:NUM_IMAGES]
+def flickr8k_items(flickr8k: Path) -> tuple:
+    """The first NUM_IMAGES 224px Flickr8k images of the folder ``flickr8k`` and their five reference captions each."""
+    paths = sorted((flickr8k / "images_224").iterdir())[:NUM_IMAGES]
     names = {path.name for path in paths}
     references: Dict[str, List[str]] = {}
-    for line in (FLICKR8K / "Flickr8k.token.txt").read_text().splitlines():
+    for line in (flickr8k / "Flickr8k.token.txt").read_text().splitlines():
         key, caption = line.split("\t")
         name = key.split("#")[0]
         if name in names:
@@ -152,9 +151,9 @@ def eval_logs(log_history: List[Dict[str, float]]) -> List[Dict[str, float]]:
 
 
 @pytest.fixture(scope="module")
-def captioning(tiny_openai_clip: Any, tmp_path_factory: pytest.TempPathFactory) -> Captioning:
+def captioning(tiny_openai_clip: Any, tmp_path_factory: pytest.TempPathFactory, capeval_test_data: Path) -> Captioning:
     """Train 2 steps with evaluation at step 2 (default metrics mode); score the predictions directly."""
-    paths, references = flickr8k_items()
+    paths, references = flickr8k_items(capeval_test_data / "flickr8k")
     tokenizer = word_tokenizer(references)
     image_processor = ViTImageProcessor(size={"height": 32, "width": 32})
     dataset = raw_dataset(paths, references).map(

@@ -11,6 +11,7 @@ import numpy as np
 
 from capeval.benchmarks import statistics
 from capeval.benchmarks.runner import BenchmarkResult
+from capeval.registry import BENCHMARK_METRICS
 from capeval.version import __version__
 
 METRIC_LABELS: Dict[str, str] = {
@@ -22,10 +23,7 @@ METRIC_LABELS: Dict[str, str] = {
     "rouge_l": "ROUGE-L",
     "cider": "CIDEr",
     "spice": "SPICE",
-    "clip_s": "CLIP-S",
-    "ref_clip_s": "RefCLIP-S",
-    "pac_s": "PAC-S",
-    "ref_pac_s": "RefPAC-S",
+    **{name: metric.label for name, (_, metric) in BENCHMARK_METRICS.items()},
 }
 """Display names of the built-in metrics; other metrics are shown by their own name."""
 

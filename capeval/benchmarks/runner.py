@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -21,41 +21,33 @@ from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
-from capeval.scorers import SCORERS
+from capeval.registry import BENCHMARK_METRICS, scorer_class
+
+if TYPE_CHECKING:
+    from capeval.scorers.base import Scorer
 
 MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
 """``f(images, candidates, references) -> one score per candidate``."""
 
 BASELINE_METRICS: tuple[str, ...] = tuple(BASELINES)
-EMBEDDING_METRICS: Mapping[str, tuple[str, bool]] = {
-    "clip_s": ("clipscore", False),
-    "ref_clip_s": ("clipscore", True),
-    "pac_s": ("pacscore", False),
-    "ref_pac_s": ("pacscore", True),
-}
-"""Built-in embedding metric name -> (``capeval.scorers.SCORERS`` family, uses references)."""
-BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(EMBEDDING_METRICS)
+BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(BENCHMARK_METRICS)
 
 
 class ScorerMetric:
-    """One output of a capeval scorer (``CLIPScore`` / ``PACScore``) as a benchmark metric callable."""
+    """One per-item result of a capeval scorer (``CLIPScore``, ``PACScore``...) as a benchmark metric callable."""
 
     needs_images = True
 
-    def __init__(self, scorer, uses_references: bool) -> None:
+    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool) -> None:
         self.scorer = scorer
+        self.result_key = result_key
         self.uses_references = uses_references
         self.signature: Optional[str] = None
 
     def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
-        if self.uses_references:
-            result = self.scorer.score(images, candidates, references)
-            scores = result[self.scorer.ref_metric_name + "s"]
-        else:
-            result = self.scorer.score(images, candidates)
-            scores = result[self.scorer.metric_name + "s"]
+        result = self.scorer.score(images, candidates, references if self.uses_references else None)
         self.signature = result["signature"]
-        return scores
+        return result[self.result_key]
 
 
 def builtin_metrics(
@@ -67,8 +59,9 @@ def builtin_metrics(
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
 
-    ``clip_s``/``ref_clip_s`` share one ``capeval.CLIPScore`` and ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so
-    each family encodes every image and text once. ``model`` (a folder or hub id) replaces the default model of
+    The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) share one scorer: ``clip_s``/``ref_clip_s``
+    one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so each family encodes every image
+    and text once. ``model`` (a folder or hub id) replaces the default model of
     every scorer used.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
@@ -77,16 +70,16 @@ def builtin_metrics(
     duplicated = sorted({name for name in names if list(names).count(name) > 1})
     if duplicated:
         raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
-    scorers: Dict[str, object] = {}
+    scorers: Dict[str, Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
             continue
-        family, uses_references = EMBEDDING_METRICS[name]
+        family, metric = BENCHMARK_METRICS[name]
         if family not in scorers:
-            scorers[family] = SCORERS[family](model=model, device=device, batch_size=batch_size)
-        metrics[name] = ScorerMetric(scorers[family], uses_references)
+            scorers[family] = scorer_class(family)(model=model, device=device, batch_size=batch_size)
+        metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references)
     return metrics
 
 

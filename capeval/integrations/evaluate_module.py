@@ -1,6 +1,7 @@
 """The shared ``evaluate`` adapter behind ``metrics/clipscore`` and ``metrics/pacscore``.
 
-A metric script subclasses :class:`CaptionMetric` and sets the texts and the capeval scorer class. Scripts must
+A metric script subclasses :class:`CaptionMetric` and sets the texts and the metric family name; the scorer class
+comes from :mod:`capeval.registry`. Scripts must
 import this module (``from capeval.integrations import evaluate_module``), not the class: ``evaluate.load`` takes the
 first ``EvaluationModule`` subclass in the script's namespace as the metric.
 
@@ -11,13 +12,14 @@ a declared feature (evaluate drops undeclared ones silently); omitted references
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import datasets
 import evaluate
 
 from capeval.inputs import ImageInput, InputError, validate_caption, validate_references
-from capeval.scorers import EmbeddingScorer
+from capeval.registry import scorer_class
+from capeval.scorers.base import Scorer
 
 ScorerKey = Tuple[Optional[str], ...]
 
@@ -39,7 +41,8 @@ def reference_rows(predictions: Optional[Sequence[Any]], references: Optional[Se
 class CaptionMetric(evaluate.Metric):
     """An image-caption metric computed by a capeval scorer, kept per (model, revision, device, ...) setting."""
 
-    scorer_class: ClassVar[Type[EmbeddingScorer]]
+    family: ClassVar[str]
+    """Name of the metric family in :data:`capeval.registry.FAMILIES`."""
     description_text: ClassVar[str]
     citation_text: ClassVar[str]
     inputs_text: ClassVar[str]
@@ -48,7 +51,7 @@ class CaptionMetric(evaluate.Metric):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._scorers: Dict[ScorerKey, EmbeddingScorer] = {}
+        self._scorers: Dict[ScorerKey, Scorer] = {}
 
     def _info(self) -> evaluate.MetricInfo:
         code, paper = self.urls
@@ -98,5 +101,6 @@ class CaptionMetric(evaluate.Metric):
                    "precision": precision, "cache_dir": cache_dir}
         key = tuple(None if value is None else str(value) for value in options.values())
         if key not in self._scorers:
-            self._scorers[key] = self.scorer_class(**{name: value for name, value in options.items() if value is not None})
+            options = {name: value for name, value in options.items() if value is not None}
+            self._scorers[key] = scorer_class(self.family)(**options)
         return self._scorers[key].score(images, predictions, None if missing else references)

@@ -34,7 +34,7 @@ import torch
 from transformers import Seq2SeqTrainer, Trainer
 
 from capeval.inputs import InputError, validate_references
-from capeval.scorers import SCORERS
+from capeval.registry import FAMILIES, scorer_class
 
 
 class CaptionScorer(Protocol):
@@ -301,6 +301,10 @@ def _token_rows(values: Any, name: str) -> List[List[int]]:
     return [row[row >= 0].tolist() for row in array]
 
 
+def _family_names() -> str:
+    return ", ".join(repr(name) for name in sorted(FAMILIES))
+
+
 def _resolve_scorers(scorer: ScorerSpec) -> List[CaptionScorer]:
     specs = list(scorer) if isinstance(scorer, (list, tuple)) else ["clipscore" if scorer is None else scorer]
     if not specs:
@@ -308,14 +312,14 @@ def _resolve_scorers(scorer: ScorerSpec) -> List[CaptionScorer]:
     scorers: List[CaptionScorer] = []
     for index, spec in enumerate(specs):
         if isinstance(spec, str):
-            if spec not in SCORERS:
-                raise InputError(f"scorer[{index}] is {spec!r}; expected 'clipscore', 'pacscore' or a scorer instance")
-            scorers.append(SCORERS[spec]())
+            if spec not in FAMILIES:
+                raise InputError(f"scorer[{index}] is {spec!r}; expected {_family_names()} or a scorer instance")
+            scorers.append(scorer_class(spec)())
         elif all(hasattr(spec, attribute) for attribute in ("score", "metric_name", "ref_metric_name")):
             scorers.append(spec)
         else:
             raise InputError(
-                f"scorer[{index}] has type {type(spec).__name__}; expected 'clipscore', 'pacscore' or a scorer "
+                f"scorer[{index}] has type {type(spec).__name__}; expected {_family_names()} or a scorer "
                 "instance such as capeval.CLIPScore(...)"
             )
     names = [scorer.metric_name for scorer in scorers]

@@ -1,7 +1,6 @@
 """CLIP-S and RefCLIP-S (Hessel et al., 2021) as a Hugging Face ``evaluate`` metric, computed by capeval."""
 from __future__ import annotations
 
-import capeval
 from capeval.integrations import evaluate_module
 
 _CITATION = """\
@@ -58,7 +57,7 @@ Examples:
 class CLIPScore(evaluate_module.CaptionMetric):
     """CLIP-S / RefCLIP-S; the scorer of each (model, revision, device, ...) setting is kept for later calls."""
 
-    scorer_class = capeval.CLIPScore
+    family = "clipscore"
     description_text = _DESCRIPTION
     citation_text = _CITATION
     inputs_text = _KWARGS_DESCRIPTION

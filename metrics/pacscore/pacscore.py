@@ -1,7 +1,6 @@
 """PAC-S and RefPAC-S (Sarto et al., 2023) as a Hugging Face ``evaluate`` metric, computed by capeval."""
 from __future__ import annotations
 
-import capeval
 from capeval.integrations import evaluate_module
 
 _CITATION = """\
@@ -58,7 +57,7 @@ Examples:
 class PACScore(evaluate_module.CaptionMetric):
     """PAC-S / RefPAC-S; the scorer of each (model, revision, device, ...) setting is kept for later calls."""
 
-    scorer_class = capeval.PACScore
+    family = "pacscore"
     description_text = _DESCRIPTION
     citation_text = _CITATION
     inputs_text = _KWARGS_DESCRIPTION

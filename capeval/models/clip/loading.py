@@ -1,4 +1,4 @@
-"""Backbone loading: a transformers ``CLIPModel`` from safetensors, once per process.
+"""CLIP backbone loading: a transformers ``CLIPModel`` from safetensors, once per process.
 
 A model is a hub id or a local folder holding ``model.safetensors``, ``config.json``, ``preprocessor_config.json``
 and CLIP tokenizer files (``conversion/convert_clip.py`` writes such folders). Loaded backbones are cached per
@@ -6,47 +6,23 @@ and CLIP tokenizer files (``conversion/convert_clip.py`` writes such folders). L
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple
 
 import torch
-from accelerate import PartialState
 from transformers import AutoTokenizer, CLIPModel
 
-from capeval.preprocessing import ImageTransform, TextTransform
-from capeval.towers import pooled_image_states, pooled_text_states
-
-ModelRef = Union[str, "os.PathLike[str]"]
-
-DEFAULT_REVISIONS: Dict[str, str] = {
-    "openai/clip-vit-base-patch32": "c7244be81152024ce0e99ac8d2e373a8953d9f9a",
-    "capeval/pacs-clip-vit-b-32": "v1.0",
-    "capeval/pacs-openclip-vit-l-14": "v1.0",
-}
-"""Revision used for a known hub model when none is given; the result signature records it."""
-
-PRECISIONS: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+from capeval.hub import ModelNotAvailableError, ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.models.clip.modeling import pooled_image_states, pooled_text_states
+from capeval.models.clip.preprocessing import ImageTransform, TextTransform
+from capeval.runtime import DeviceLike, precision_dtype, resolve_device
 
 _HUB_FILES = ["config.json", "preprocessor_config.json", "model.safetensors", "tokenizer_config.json",
               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.json"]
-
-
-def process_state() -> PartialState:
-    """Accelerate's process state. Without an accelerator it is created with ``cpu=True``, so that processes started
-    by ``torchrun`` or ``accelerate launch --multi_gpu`` on CPU machines are recognised as one multi-CPU job."""
-    accelerator = getattr(torch, "accelerator", None)
-    has_accelerator = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-    return PartialState(cpu=not has_accelerator)
-
-
-class ModelNotAvailableError(OSError):
-    """The model could not be found locally and cannot be downloaded now."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +43,7 @@ class Backbone:
     def fingerprint(self) -> str:
         """Content hash of the weights, config and tokenizer files (identifies the model in on-disk caches)."""
         if "value" not in self._fingerprint:
-            hasher = hashlib.blake2b(digest_size=16)
-            for path in sorted(p for p in self.folder.iterdir() if p.is_file() and p.suffix in {".json", ".txt", ".safetensors"}):
-                hasher.update(path.name.encode())
-                with path.open("rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 24), b""):
-                        hasher.update(block)
-            self._fingerprint["value"] = hasher.hexdigest()
+            self._fingerprint["value"] = folder_fingerprint(self.folder)
         return self._fingerprint["value"]
 
     @torch.inference_mode()
@@ -87,26 +57,6 @@ class Backbone:
         """Projected text features (not normalised), pooled at the first end token, of a zero-padded id batch."""
         pooled = pooled_text_states(self.model.text_model, token_ids.to(self.device), self.text_transform.end_token_id)
         return self.model.text_projection(pooled)
-
-
-def resolve_model_folder(model: ModelRef, revision: Optional[str]) -> Path:
-    """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` (the local cache when offline)."""
-    folder = Path(model).expanduser()
-    if folder.is_dir():
-        return folder
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(str(model), revision=revision, allow_patterns=_HUB_FILES))
-    except LocalEntryNotFoundError as error:
-        raise ModelNotAvailableError(
-            f"model {model!r} (revision {revision!r}) is not in the local Hugging Face cache and the hub cannot be "
-            "reached (HF_HUB_OFFLINE is set or there is no network). Run once with network access to cache it, or "
-            f"pass model=<local folder> with a converted model (see conversion/convert_clip.py). Cause: {error}"
-        ) from None
-    except Exception as error:  # repository or revision errors from the hub
-        raise ModelNotAvailableError(f"cannot load model {model!r} at revision {revision!r}: {error}") from None
 
 
 def _image_transform(folder: Path) -> ImageTransform:
@@ -130,21 +80,18 @@ _LOCK = threading.Lock()
 def load_backbone(
     model: ModelRef,
     revision: Optional[str] = None,
-    device: Union[str, torch.device, None] = None,
+    device: DeviceLike = None,
     precision: str = "fp32",
 ) -> Backbone:
     """Load (or reuse) a CLIP backbone; ``device`` defaults to Accelerate's ``PartialState().device``."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
-    dtype = PRECISIONS[precision]
+    dtype = precision_dtype(precision)
     name = str(model)
-    if revision is None and not Path(name).expanduser().is_dir():
-        revision = DEFAULT_REVISIONS.get(name)
-    target = torch.device(device) if device is not None else process_state().device
+    revision = pinned_revision(name, revision)
+    target = resolve_device(device)
     key = (name, revision, str(target), dtype)
     with _LOCK:
         if key not in _CACHE:
-            folder = resolve_model_folder(name, revision)
+            folder = resolve_model_folder(name, revision, _HUB_FILES, "conversion/convert_clip.py")
             clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)
             tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does

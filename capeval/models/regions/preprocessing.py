@@ -1,0 +1,132 @@
+"""Image decoding and resizing for the bottom-up detector, in the original Caffe way or the LXMERT port's way.
+
+See :class:`capeval.models.regions.configuration.ExtractionSettings` for what each mode reproduces. The Caffe mode
+re-implements OpenCV's ``cv2.resize(..., fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)`` on float32 pixels in
+torch (no OpenCV dependency): output size ``round(side * scale)``, source coordinate ``(d + 0.5) / scale - 0.5``
+computed from the requested scale (not the rounded size ratio) and rounded to float32 as OpenCV 2.4-4.x do
+(OpenCV 5 keeps it in double: up to ~3e-5 px apart), clamped at the borders, a horizontal pass then a
+vertical one with float32 weights. It differs from ``torch.nn.functional.interpolate(..., align_corners=False)``,
+which takes its ratio from the output size: the two agree only when ``side * scale`` is an integer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from capeval.inputs import InputError, ImageItem
+from capeval.models.regions.configuration import BottomUpConfig
+
+SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+
+
+def decode_rgb(item: ImageItem) -> np.ndarray:
+    """(H, W, 3) uint8 RGB pixels of an image, as ``cv2.imread(path, IMREAD_COLOR)`` reads them: grey replicated to
+    three channels, alpha dropped (not composited), 16-bit samples scaled to 8 bits by 1/256 with rounding, CMYK and
+    palette images converted by PIL. EXIF orientation is not applied (the 2018 pipeline did not apply it)."""
+    image = item.open()
+    if image.mode in SIXTEEN_BIT_MODES:
+        samples = np.asarray(image, dtype=np.float64)
+        grey = np.clip(np.rint(samples / 256.0), 0, 255).astype(np.uint8)
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    if image.mode == "F":
+        raise InputError(f"images[{item.index}] ({item.label}) holds floating-point samples (PIL mode F); "
+                         "convert it to 8-bit first")
+    try:
+        return np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except Exception as error:  # truncated data can surface only when pixels are read
+        raise InputError(f"images[{item.index}] ({item.label}) could not be decoded: {error}") from None
+
+
+@dataclass(frozen=True)
+class ResizedImage:
+    """Network input of one image, (3, height, width) float32, and how to take boxes back to the original pixels."""
+
+    pixels: torch.Tensor
+    original_size: Tuple[int, int]  # (width, height)
+    box_divisor: float  # Caffe mode: original = resized / scale
+    box_factors: Tuple[float, float]  # LXMERT mode: original = resized * (original / resized) per axis (x, y)
+
+    @property
+    def size(self) -> Tuple[int, int]:
+        """(height, width) of the network input."""
+        return int(self.pixels.shape[1]), int(self.pixels.shape[2])
+
+    def restore_boxes(self, boxes: torch.Tensor) -> torch.Tensor:
+        """(R, 4) boxes in resized pixels -> original-image pixels, with the arithmetic of the chosen mode."""
+        if self.box_divisor:
+            return boxes / self.box_divisor
+        factors = torch.tensor(self.box_factors, dtype=torch.float32, device=boxes.device)
+        return boxes * factors.repeat(2)
+
+
+def caffe_scale(height: int, width: int, config: BottomUpConfig) -> float:
+    """``fast_rcnn.test._get_image_blob``: shorter side to ``min_size_test`` unless the rounded longer side would
+    exceed ``max_size_test``, then longer side to ``max_size_test``."""
+    scale = float(config.min_size_test) / float(min(height, width))
+    if np.round(scale * max(height, width)) > config.max_size_test:
+        scale = float(config.max_size_test) / float(max(height, width))
+    return scale
+
+
+def _linear_taps(in_size: int, out_size: int, scale: float, device: torch.device
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """OpenCV INTER_LINEAR source indices and weights along one axis for ``dst = src * scale``."""
+    position = ((np.arange(out_size, dtype=np.float64) + 0.5) * (1.0 / scale) - 0.5).astype(np.float32)
+    first = np.floor(position).astype(np.int64)
+    fraction = position - first.astype(np.float32)
+    before = first < 0
+    fraction[before], first[before] = 0.0, 0
+    after = first >= in_size - 1
+    fraction[after], first[after] = 0.0, in_size - 1
+    second = np.minimum(first + 1, in_size - 1)
+    return (torch.from_numpy(first).to(device), torch.from_numpy(second).to(device),
+            torch.from_numpy(np.float32(1.0) - fraction).to(device), torch.from_numpy(fraction).to(device))
+
+
+def cv2_linear_resize(image: torch.Tensor, scale: float) -> torch.Tensor:
+    """(C, H, W) float32 resized by ``scale`` as ``cv2.resize(fx=scale, fy=scale, INTER_LINEAR)`` does."""
+    _, height, width = image.shape
+    out_height, out_width = int(round(height * scale)), int(round(width * scale))
+    x0, x1, wx0, wx1 = _linear_taps(width, out_width, scale, image.device)
+    y0, y1, wy0, wy1 = _linear_taps(height, out_height, scale, image.device)
+    rows = image[:, :, x0] * wx0 + image[:, :, x1] * wx1
+    return rows[:, y0, :] * wy0[:, None] + rows[:, y1, :] * wy1[:, None]
+
+
+def lxmert_size(height: int, width: int, config: BottomUpConfig) -> Tuple[int, int]:
+    """The port's ``ResizeShortestEdge``: shorter side to ``min_size_test``, capped so the longer side is at most
+    ``max_size_test``, each side rounded half up."""
+    size = config.min_size_test
+    scale = size * 1.0 / min(height, width)
+    if height < width:
+        new_height, new_width = float(size), scale * width
+    else:
+        new_height, new_width = scale * height, float(size)
+    if max(new_height, new_width) > config.max_size_test:
+        cap = config.max_size_test * 1.0 / max(new_height, new_width)
+        new_height, new_width = new_height * cap, new_width * cap
+    return int(new_height + 0.5), int(new_width + 0.5)
+
+
+def preprocess(rgb: np.ndarray, config: BottomUpConfig, mode: str, device: torch.device) -> ResizedImage:
+    """One decoded (H, W, 3) uint8 RGB image -> network input in ``mode`` ("caffe" or "lxmert")."""
+    height, width = rgb.shape[:2]
+    pixels = torch.from_numpy(np.array(rgb, copy=True)).to(device).permute(2, 0, 1)
+    if mode == "caffe":  # numpy's float32 -= float64 means: subtract in float64, round once to float32
+        mean = torch.tensor(config.pixel_mean, dtype=torch.float64, device=device).view(3, 1, 1)
+        std = torch.tensor(config.pixel_std, dtype=torch.float64, device=device).view(3, 1, 1)
+        bgr = ((pixels.flip(0).double() - mean) / std).float()
+        scale = caffe_scale(height, width, config)
+        return ResizedImage(cv2_linear_resize(bgr, scale), (width, height), scale, (1.0, 1.0))
+    mean = torch.tensor(config.pixel_mean, dtype=torch.float32, device=device).view(3, 1, 1)
+    std = torch.tensor(config.pixel_std, dtype=torch.float32, device=device).view(3, 1, 1)
+    pixels = pixels.float()
+    new_height, new_width = lxmert_size(height, width, config)
+    resized = F.interpolate(pixels[None], (new_height, new_width), mode="bilinear", align_corners=False)[0]
+    factors = torch.true_divide(torch.tensor([height, width]), torch.tensor([new_height, new_width]))
+    return ResizedImage((resized - mean) / std, (width, height), 0.0,
+                        (float(factors[1]), float(factors[0])))

@@ -1,0 +1,49 @@
+"""Where and at what precision a model runs: Accelerate's process state, device and precision resolution.
+
+Model-independent: every model family's loader and every scorer resolve their device and precision here.
+"""
+from __future__ import annotations
+
+from typing import Dict, Protocol, Union
+
+import torch
+from accelerate import PartialState
+
+PRECISIONS: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+"""Precision names accepted by every loader and scorer, and the torch dtype each runs the model in."""
+
+DeviceLike = Union[str, torch.device, None]
+
+
+def process_state() -> PartialState:
+    """Accelerate's process state. Without an accelerator it is created with ``cpu=True``, so that processes started
+    by ``torchrun`` or ``accelerate launch --multi_gpu`` on CPU machines are recognised as one multi-CPU job."""
+    accelerator = getattr(torch, "accelerator", None)
+    has_accelerator = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    return PartialState(cpu=not has_accelerator)
+
+
+def resolve_device(device: DeviceLike) -> torch.device:
+    """``device`` as a ``torch.device``; Accelerate's ``PartialState().device`` when ``None``."""
+    return torch.device(device) if device is not None else process_state().device
+
+
+def precision_dtype(precision: str) -> torch.dtype:
+    """The torch dtype of a precision name; ``ValueError`` for an unknown name."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+class RunsOnAccelerator(Protocol):
+    """Anything that states the precision its reference code runs at on an accelerator (a metric's spec)."""
+
+    accelerator_precision: str
+
+
+def resolve_precision(precision: str, spec: RunsOnAccelerator, device: torch.device) -> str:
+    """``"auto"`` becomes the reference code's precision on ``device`` (fp32 on CPU, ``spec.accelerator_precision``
+    elsewhere); other values pass through."""
+    if precision != "auto":
+        return precision
+    return "fp32" if device.type == "cpu" else spec.accelerator_precision

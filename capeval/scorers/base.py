@@ -1,0 +1,119 @@
+"""What every scorer shares: validated chunked streaming, per-item and corpus results, signature, device, precision.
+
+A concrete scorer sets :attr:`Scorer.spec`, loads its model in ``__init__`` after ``super().__init__``, and
+implements :meth:`Scorer._score_chunk` (one validated chunk -> per-item score arrays by result name) and
+:meth:`Scorer.signature_fields`. :meth:`Scorer.score` streams the inputs in chunks, concatenates the per-item arrays,
+adds corpus means and the signature, and warns once with the count of truncated texts.
+"""
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
+
+import numpy as np
+
+from capeval.inputs import InputError, ScoringItems, iter_scoring_items
+from capeval.runtime import DeviceLike, resolve_device, resolve_precision
+from capeval.version import __version__
+
+
+class ScorerSpec(Protocol):
+    """What the base class reads from a scorer's spec."""
+
+    name: str
+    """Name of the main result (``clip_score``); the signature starts with it."""
+    label: str
+    """Human-readable metric name (``CLIP-S``)."""
+    accelerator_precision: str
+    """The precision the reference code runs at on an accelerator (on CPU: fp32)."""
+
+
+class Scorer(ABC):
+    """Base of every capeval scorer.
+
+    Args:
+        device: torch device; Accelerate's ``PartialState().device`` when ``None``.
+        precision: ``"auto"`` (the reference code's precision on that device: fp32 on CPU,
+            ``spec.accelerator_precision`` on an accelerator), ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
+    """
+
+    spec: ClassVar[ScorerSpec]
+    references_required: ClassVar[bool] = False
+    """Whether :meth:`score` needs references (else they are optional and add the reference-based results)."""
+    per_item_only: ClassVar[Tuple[str, ...]] = ()
+    """Result names reported per item only (``<name>s``), without a corpus mean."""
+
+    def __init__(self, device: DeviceLike = None, precision: str = "auto", *, chunk_size: int = 1024) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be positive")
+        self.device = resolve_device(device)
+        self.precision = resolve_precision(precision, self.spec, self.device)
+        self.chunk_size = chunk_size
+        self._truncated = 0
+
+    @property
+    def metric_name(self) -> str:
+        """Name of the main result (``<metric_name>`` is the corpus mean, ``<metric_name>s`` the per-item list)."""
+        return self.spec.name
+
+    @abstractmethod
+    def signature_fields(self) -> Sequence[Tuple[str, object]]:
+        """(name, value) of every setting that determines the numbers, besides precision and capeval version."""
+
+    @property
+    def signature(self) -> str:
+        """sacreBLEU-style statement of everything that determines the numbers."""
+        fields = [*self.signature_fields(), ("precision", self.precision), ("capeval", __version__)]
+        return "|".join([self.spec.name, *(f"{name}:{value}" for name, value in fields)])
+
+    def score(
+        self,
+        images: Iterable[Any],
+        candidates: Iterable[str],
+        references: Optional[Iterable[Sequence[str]]] = None,
+    ) -> Dict[str, Any]:
+        """Per-item and corpus scores; reference-based scores too when ``references`` is given.
+
+        Inputs may be sequences or iterables (consumed in chunks). Corpus values are means of per-item values.
+        """
+        if references is None and self.references_required:
+            raise InputError(f"{self.spec.label} needs references: pass references=[[...], ...], one list per item")
+        per_item: Dict[str, List[np.ndarray]] = {}
+        self._truncated = 0
+        for chunk in self._chunks(images, candidates, references):
+            for name, values in self._score_chunk(chunk).items():
+                per_item.setdefault(name, []).append(values)
+            del chunk  # release this chunk's images before the next one is read
+        if self._truncated:
+            warnings.warn(self.truncation_message(self._truncated), stacklevel=2)
+        result: Dict[str, Any] = {}
+        for name, parts in per_item.items():
+            values = np.concatenate(parts)
+            if name not in self.per_item_only:
+                result[name] = float(np.mean(values))
+            result[f"{name}s"] = [float(value) for value in values]
+        result["signature"] = self.signature
+        return result
+
+    def _chunks(
+        self, images: Iterable[Any], candidates: Iterable[str], references: Optional[Iterable[Sequence[str]]]
+    ) -> Iterator[ScoringItems]:
+        """Validated chunks of ``chunk_size`` items (images validated as image inputs; a scorer taking other image
+        inputs, such as region features, overrides this)."""
+        return iter_scoring_items(images, candidates, references, self.chunk_size)
+
+    @abstractmethod
+    def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
+        """Per-item scores of one chunk by result name (``{"clip_score": ..., "ref_clip_score": ...}``); call
+        :meth:`_record_truncated` with the number of texts cut to the model's context."""
+
+    def _record_truncated(self, count: int) -> None:
+        """Count texts truncated while scoring; :meth:`score` warns once with the total."""
+        self._truncated += count
+
+    def truncation_message(self, count: int) -> str:
+        """The warning shown when ``count`` texts were truncated."""
+        return f"{count} texts exceed {self.spec.label}'s text context and were truncated"
+

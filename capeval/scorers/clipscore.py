@@ -1,0 +1,126 @@
+"""CLIP-S / RefCLIP-S and PAC-S / RefPAC-S: validated inputs -> CLIP embeddings (engine) -> per-item scores
+(:mod:`capeval.functional.clipscore`).
+
+The two metrics are one scorer with two configurations (:class:`MetricSpec`): they differ only in the backbone and
+the weight ``w``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from capeval.functional import clipscore as functional
+from capeval.inputs import ScoringItems
+from capeval.models.clip.encoders import ClipEmbeddingEngine
+from capeval.models.clip.loading import load_backbone
+from capeval.runtime import DeviceLike
+from capeval.scorers.base import Scorer
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What distinguishes one CLIP-based metric from another."""
+
+    name: str
+    ref_name: str
+    label: str
+    weight: float
+    default_model: str
+    accelerator_precision: str
+    """The precision the reference code runs at on a GPU (on CPU both reference codes run fp32)."""
+    prompt: str = "A photo depicts "
+
+
+CLIP_S = MetricSpec("clip_score", "ref_clip_score", "CLIP-S", 2.5, "openai/clip-vit-base-patch32", "fp16")
+PAC_S = MetricSpec("pac_score", "ref_pac_score", "PAC-S", 2.0, "capeval/pacs-clip-vit-b-32", "fp32")
+
+
+class EmbeddingScorer(Scorer):
+    """Scores captions against images (and optionally references) with a CLIP backbone.
+
+    Args:
+        model: hub id or local folder of a converted CLIP model; the metric's default when ``None``.
+        revision: hub revision; the pinned default for known models when ``None``.
+        device: torch device; Accelerate's ``PartialState().device`` when ``None``.
+        batch_size: images per forward pass (texts use ``text_batch_size``).
+        precision: ``"auto"`` (default): what the reference code runs at on that device, i.e. fp32 on CPU; on an
+            accelerator fp16 for CLIP-S (``clip.load`` on CUDA) and fp32 for PAC-S (its code calls ``.float()``).
+            ``"fp32"``; ``"fp16"`` (the published CLIP-S arithmetic: fp16 model and fp16 NumPy scoring); ``"bf16"``.
+        cache_dir: folder of the on-disk embedding cache; none when ``None``.
+        num_workers: image loader threads.
+        chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
+        progress: show progress bars.
+    """
+
+    spec: ClassVar[MetricSpec]
+
+    def __init__(
+        self,
+        model: Optional[PathLike] = None,
+        revision: Optional[str] = None,
+        device: DeviceLike = None,
+        batch_size: int = 64,
+        precision: str = "auto",
+        cache_dir: Optional[PathLike] = None,
+        *,
+        text_batch_size: int = 64,
+        num_workers: Optional[int] = None,
+        chunk_size: int = 1024,
+        progress: bool = False,
+    ) -> None:
+        super().__init__(device, precision, chunk_size=chunk_size)
+        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, self.device,
+                                      self.precision)
+        self.engine = ClipEmbeddingEngine(self.backbone, image_batch_size=batch_size, text_batch_size=text_batch_size,
+                                          num_workers=num_workers, cache_dir=cache_dir, progress=progress)
+
+    @property
+    def ref_metric_name(self) -> str:
+        return self.spec.ref_name
+
+    def signature_fields(self) -> Sequence[Tuple[str, object]]:
+        backbone = self.backbone
+        revision = backbone.revision if backbone.revision is not None else f"local-{backbone.fingerprint[:12]}"
+        return [("model", backbone.name), ("revision", revision), ("w", self.spec.weight),
+                ("prompt", repr(self.spec.prompt))]
+
+    def truncation_message(self, count: int) -> str:
+        context = self.backbone.text_transform.context_length
+        return (f"{count} texts exceed CLIP's {context}-token context and were truncated, keeping the end token, as "
+                "the reference implementation does")
+
+    def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
+        text_transform = self.backbone.text_transform
+        raw = list(chunk.candidates)
+        counts: List[int] = []
+        for refs in chunk.references or ():
+            raw.extend(refs)
+            counts.append(len(refs))
+        texts = text_transform.prepare(raw, self.spec.prompt)
+        arithmetic = np.float16 if self.precision == "fp16" else np.float64
+        image_features = self.engine.image_features(chunk.images).astype(arithmetic)
+        text_features = self.engine.text_features(texts).astype(arithmetic)
+        candidates = text_features[: len(chunk)]
+        scores = {self.spec.name: functional.clip_s(image_features, candidates, self.spec.weight)}
+        if chunk.references is not None:
+            cosines = functional.max_reference_cosine(candidates, text_features[len(chunk):], counts)
+            scores[self.spec.ref_name] = functional.ref_clip_s(scores[self.spec.name], cosines)
+        self._record_truncated(text_transform.count_truncated(texts))
+        return scores
+
+
+class CLIPScore(EmbeddingScorer):
+    """CLIP-S and RefCLIP-S (Hessel et al., 2021): w = 2.5 on OpenAI CLIP ViT-B/32."""
+
+    spec = CLIP_S
+
+
+class PACScore(EmbeddingScorer):
+    """PAC-S and RefPAC-S (Sarto et al., 2023): w = 2.0 on the PAC-S fine-tuned CLIP backbones."""
+
+    spec = PAC_S
