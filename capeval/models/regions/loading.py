@@ -8,7 +8,7 @@ from typing import Optional, Union
 import torch
 from safetensors.torch import load_file
 
-from capeval.backbones import resolve_model_folder
+from capeval.hub import resolve_model_folder
 from capeval.models.regions.configuration import BottomUpConfig
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
 
