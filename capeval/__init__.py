@@ -7,12 +7,14 @@ from typing import Any, Dict
 
 from capeval.hub import ModelNotAvailableError
 from capeval.inputs import InputError
+from capeval.models.regions import RegionFeatures
 from capeval.registry import FAMILIES, MetricFamily
 from capeval.version import __version__
 
 _SCORERS: Dict[str, MetricFamily] = {family.scorer_path.split(":")[1]: family for family in FAMILIES.values()}
 
-__all__ = ["CLIPScore", "PACScore", "InputError", "ModelNotAvailableError", "__version__"]
+__all__ = ["CLIPScore", "PACScore", "ViLBERTScore", "InputError", "ModelNotAvailableError", "RegionFeatures",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:

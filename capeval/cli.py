@@ -2,7 +2,7 @@
 
 ``capeval score`` reads the reference repositories' JSON files as they are: candidates ``{"<image id>": "caption"}``
 and references ``{"<image id>": ["ref", ...]}`` (a single string is one reference), where an image id is the file
-stem of an image in ``--images``. It prints the corpus scores as the reference scripts do and can write per-item
+stem of an image in ``--images``, or a key of the region feature file ``--regions`` (region-based metrics). It prints the corpus scores as the reference scripts do and can write per-item
 scores keyed by image id, with the result signature, to ``--output``.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.inputs import InputError, validate_caption
 from capeval.models.regions import command as regions_command
+from capeval.models.regions.lookup import RegionLookup
 from capeval.registry import FAMILIES
 from capeval.runtime import PRECISIONS
 from capeval.version import __version__
@@ -107,7 +108,13 @@ def run_score(args: argparse.Namespace) -> int:
     if references is not None:
         check_same_keys(candidates, args.candidates, references, args.references)
     keys = list(candidates)
-    images = find_images(args.images, keys)
+    if args.regions is not None:
+        lookup = RegionLookup.from_file(args.regions)
+        images: Dict[str, Any] = {key: lookup(key) for key in keys}
+    elif args.images is not None:
+        images = find_images(args.images, keys)
+    else:
+        raise InputError("give --images (a folder of images) or --regions (a region feature file)")
 
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
@@ -140,7 +147,10 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
                     "CLIPScore and PAC-S reference repositories: image ids are image file stems.",
     )
     parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
-    parser.add_argument("--images", required=True, type=Path, help="folder holding <image id>.<jpg|png|...>")
+    parser.add_argument("--images", type=Path, help="folder holding <image id>.<jpg|png|...>")
+    parser.add_argument("--regions", type=Path,
+                        help="region feature file keyed by image id (.npz or bottom-up .tsv) instead of --images, for "
+                             "region-based metrics (vilbertscore)")
     parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
     parser.add_argument("--references", type=Path,
                         help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')

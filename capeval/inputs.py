@@ -12,7 +12,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -145,7 +145,8 @@ class ScoringItems:
     """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item."""
 
     start: int
-    images: Tuple[ImageItem, ...]
+    images: Tuple[Any, ...]
+    """:class:`ImageItem` objects, or what the scorer's image validator returns (e.g. region features)."""
     candidates: Tuple[str, ...]
     references: Optional[Tuple[Tuple[str, ...], ...]]
 
@@ -162,8 +163,12 @@ def iter_scoring_items(
     candidates: Iterable[str],
     references: Optional[Iterable[Sequence[str]]] = None,
     chunk_size: int = 1024,
+    image_validator: Optional[Callable[[Any, int], Any]] = None,
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
+
+    Images become :class:`ImageItem` objects (:func:`validate_image`), or whatever ``image_validator(image, index)``
+    returns for metrics that read other image inputs (region features).
 
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
@@ -184,7 +189,7 @@ def iter_scoring_items(
     reference_iter = iter(references) if references is not None else None
     index = 0
     while True:
-        chunk_images: List[ImageItem] = []
+        chunk_images: List[Any] = []
         chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
         chunk_captions: List[str] = []
         chunk_refs: List[Tuple[str, ...]] = []
@@ -199,8 +204,11 @@ def iter_scoring_items(
                 if len(ended) < (3 if reference_iter is not None else 2):
                     raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {index} items")
                 break
-            item = validate_image(image, index)  # type: ignore[arg-type]
-            chunk_images.append(replace(item, data=chunk_data.setdefault(item.key, item.data)))
+            if image_validator is not None:
+                chunk_images.append(image_validator(image, index))
+            else:
+                item = validate_image(image, index)  # type: ignore[arg-type]
+                chunk_images.append(replace(item, data=chunk_data.setdefault(item.key, item.data)))
             chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
             if reference_iter is not None:
                 chunk_refs.append(validate_references(refs, index))

@@ -60,6 +60,12 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
                                         "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
+        MetricFamily("vilbertscore", "capeval.scorers.vilbertscore:ViLBERTScore", references="required",
+                     description="ViLBERTScore P / R / F (Lee et al., 2020) on the 12-in-1 ViLBERT, from detector regions",
+                     result_keys={"vilbert_precision": "P", "vilbert_recall": "R", "vilbert_f1": "F"},
+                     benchmark_metrics={"vilbert_p": BenchmarkMetric("vilbert_precisions", True, "ViLBERTScore-P"),
+                                        "vilbert_r": BenchmarkMetric("vilbert_recalls", True, "ViLBERTScore-R"),
+                                        "vilbert_f": BenchmarkMetric("vilbert_f1s", True, "ViLBERTScore-F")}),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -59,7 +59,7 @@ def vilbert(converted: Path) -> LoadedVilbert:
 
 
 def text_states(vilbert: LoadedVilbert, texts: List[str], regions: RegionFeatures) -> np.ndarray:
-    ids, mask = vilbert.tokenizer.encode(texts)
+    ids, mask, _ = vilbert.tokenizer.encode(texts)
     features, locations = region_inputs(regions)
     n = len(texts)
     task = torch.full((n, 1), TASK_RETRIEVAL_COCO) if vilbert.model.config.task_specific_tokens else None
@@ -70,7 +70,7 @@ def text_states(vilbert: LoadedVilbert, texts: List[str], regions: RegionFeature
 
 def test_tokenizer_matches_original_ids(vilbert: LoadedVilbert, items: List[dict], goldens: Dict[str, np.ndarray]):
     for index, item in enumerate(items):
-        ids, mask = vilbert.tokenizer.encode([item["candidate"]] + item["references"])
+        ids, mask, _ = vilbert.tokenizer.encode([item["candidate"]] + item["references"])
         np.testing.assert_array_equal(ids, goldens["token_ids"][index], err_msg=f"item {index}")
         np.testing.assert_array_equal(mask, goldens["input_mask"][index], err_msg=f"item {index}")
 
@@ -85,8 +85,9 @@ def test_tokenizer_quirks(vilbert: LoadedVilbert):
     assert pieces[2] == ["a", "dog", "[UNK]"]
     assert pieces[3] == []
     long_caption = " ".join(["dog"] * 40)
-    ids, mask = tokenizer.encode([long_caption])
+    ids, mask, truncated = tokenizer.encode([long_caption])
     assert mask.sum() == 37 and ids[0, 0] == tokenizer.cls_id and ids[0, -1] != tokenizer.sep_id  # [SEP] cut
+    assert truncated.tolist() == [True] and not tokenizer.encode([" ".join(["dog"] * 35)]).truncated[0]
 
 
 def test_conversion_keeps_trunk_and_drops_heads(converted: Path, multi_task_checkpoint: Path):
@@ -152,7 +153,7 @@ def test_scores_match_original(vilbert: LoadedVilbert, items: List[dict], region
     per_pair = []
     for index, item in enumerate(items):
         states = text_states(vilbert, [item["candidate"]] + item["references"], regions[index])
-        _, mask = vilbert.tokenizer.encode([item["candidate"]] + item["references"])
+        _, mask, _ = vilbert.tokenizer.encode([item["candidate"]] + item["references"])
         weights = window_weights(mask, has_task_token=True)
         k = len(item["references"])
         per_pair.append(greedy_match(np.repeat(states[:1], k, 0), states[1:], np.repeat(weights[:1], k, 0),

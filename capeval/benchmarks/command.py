@@ -31,6 +31,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--metric", required=True, action="append", choices=BUILTIN_METRICS,
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
     parser.add_argument("--images", type=Path, help="folder holding the benchmark's images (embedding metrics)")
+    parser.add_argument("--regions", type=Path,
+                        help="region feature file keyed by image name (.npz or bottom-up .tsv) for the region-based "
+                             "metrics (vilbert_p, vilbert_r, vilbert_f)")
     parser.add_argument("--data-root", type=Path, help="folder holding the benchmark's annotation files")
     parser.add_argument("--model", help="hub id or local folder replacing the default model of CLIP-S / PAC-S")
     parser.add_argument("--device", help="torch device (default: Accelerate's)")
@@ -49,7 +52,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval benchmark``."""
     benchmark = load_benchmark(args.dataset, args.data_root)
-    metrics = builtin_metrics(args.metric, model=args.model, device=args.device, batch_size=args.batch_size)
+    metrics = builtin_metrics(args.metric, model=args.model, device=args.device, batch_size=args.batch_size,
+                              regions=args.regions)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "
                                                         f"({len(benchmark.items)} items)", file=sys.stderr))

@@ -8,6 +8,7 @@ call, ``signature: str``.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections import defaultdict
@@ -21,6 +22,7 @@ from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
+from capeval.models.regions.lookup import RegionLookup
 from capeval.registry import BENCHMARK_METRICS, scorer_class
 
 if TYPE_CHECKING:
@@ -36,10 +38,9 @@ BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(BENCHMARK_METRICS)
 class ScorerMetric:
     """One per-item result of a capeval scorer (``CLIPScore``, ``PACScore``...) as a benchmark metric callable."""
 
-    needs_images = True
-
-    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool) -> None:
+    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool, needs_images: bool = True) -> None:
         self.scorer = scorer
+        self.needs_images = needs_images
         self.result_key = result_key
         self.uses_references = uses_references
         self.signature: Optional[str] = None
@@ -56,13 +57,15 @@ def builtin_metrics(
     model: Optional[Union[str, "os.PathLike[str]"]] = None,
     device: Optional[str] = None,
     batch_size: int = 64,
+    regions: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
 
     The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) share one scorer: ``clip_s``/``ref_clip_s``
     one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so each family encodes every image
     and text once. ``model`` (a folder or hub id) replaces the default model of
-    every scorer used.
+    every scorer used. ``regions`` (a region feature file keyed by image name or stem) feeds the region-based
+    scorers (those taking ``regions=``), which then need no image files.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
@@ -78,8 +81,12 @@ def builtin_metrics(
             continue
         family, metric = BENCHMARK_METRICS[name]
         if family not in scorers:
-            scorers[family] = scorer_class(family)(model=model, device=device, batch_size=batch_size)
-        metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references)
+            options: Dict[str, object] = {"model": model, "device": device, "batch_size": batch_size}
+            if regions is not None and "regions" in inspect.signature(scorer_class(family)).parameters:
+                options["regions"] = RegionLookup.from_file(regions)
+            scorers[family] = scorer_class(family)(**options)
+        metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references,
+                                     needs_images=getattr(scorers[family], "regions", None) is None)
     return metrics
 
 

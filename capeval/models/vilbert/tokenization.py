@@ -9,7 +9,7 @@ and maps words without a WordPiece split (emoji, words over 100 characters) to `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Sequence, Tuple, Union
+from typing import List, NamedTuple, Sequence, Union
 
 import numpy as np
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
@@ -22,6 +22,17 @@ CLS_TOKEN, SEP_TOKEN, UNK_TOKEN = "[CLS]", "[SEP]", "[UNK]"
 PADDING_ID = 0
 MAX_WORD_CHARACTERS = 100
 """BERT's ``max_input_chars_per_word``: longer words become ``[UNK]``."""
+
+
+class EncodedTexts(NamedTuple):
+    """Model inputs of N captions."""
+
+    input_ids: np.ndarray
+    """(N, max_length) int64."""
+    attention_mask: np.ndarray
+    """(N, max_length) int64, 1 on kept tokens."""
+    truncated: np.ndarray
+    """(N,) bool: the caption had more than ``max_length`` tokens and was cut."""
 
 
 class VilbertTokenizer:
@@ -46,13 +57,15 @@ class VilbertTokenizer:
                                                  add_special_tokens=False)
         return [encoding.ids for encoding in encodings]
 
-    def encode(self, captions: Sequence[str], max_length: int = MAX_LENGTH) -> Tuple[np.ndarray, np.ndarray]:
-        """``(input_ids, attention_mask)``, both (N, max_length) int64: ``([CLS] + wordpieces + [SEP])[:max_length]``
-        padded with id 0 and mask 0."""
+    def encode(self, captions: Sequence[str], max_length: int = MAX_LENGTH) -> EncodedTexts:
+        """``([CLS] + wordpieces + [SEP])[:max_length]`` of each caption, padded with id 0 and mask 0."""
         input_ids = np.full((len(captions), max_length), PADDING_ID, dtype=np.int64)
         attention_mask = np.zeros((len(captions), max_length), dtype=np.int64)
+        truncated = np.zeros(len(captions), dtype=bool)
         for row, ids in enumerate(self.wordpiece_ids(captions)):
-            sequence = ([self.cls_id] + ids + [self.sep_id])[:max_length]
+            sequence = [self.cls_id] + ids + [self.sep_id]
+            truncated[row] = len(sequence) > max_length
+            sequence = sequence[:max_length]
             input_ids[row, :len(sequence)] = sequence
             attention_mask[row, :len(sequence)] = 1
-        return input_ids, attention_mask
+        return EncodedTexts(input_ids, attention_mask, truncated)
