@@ -2,8 +2,9 @@
 
 ``capeval score`` reads the reference repositories' JSON files as they are: candidates ``{"<image id>": "caption"}``
 and references ``{"<image id>": ["ref", ...]}`` (a single string is one reference), where an image id is the file
-stem of an image in ``--images``, or a key of the region feature file ``--regions`` (region-based metrics). It prints the corpus scores as the reference scripts do and can write per-item
-scores keyed by image id, with the result signature, to ``--output``.
+stem of an image in ``--images``, or a key of the region feature file ``--regions`` (region-based metrics). It
+prints the corpus scores as the reference scripts do and can write per-item scores keyed by image id, with the
+result signature, to ``--output``.
 """
 from __future__ import annotations
 

@@ -135,7 +135,8 @@ def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True, help="multi_task_model.bin or pretrained_model.bin")
-    parser.add_argument("--config", type=Path, required=True, help="original BertConfig JSON (bert_base_6layer_6conect.json)")
+    parser.add_argument("--config", type=Path, required=True,
+                        help="original BertConfig JSON (bert_base_6layer_6conect.json)")
     parser.add_argument("--vocab", type=Path, required=True, help="bert-base-uncased vocab.txt")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     args = parser.parse_args(argv)

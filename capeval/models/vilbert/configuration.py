@@ -66,7 +66,8 @@ class VilbertConfig:
             ids = list(getattr(self, name))
             if ids != sorted(ids):
                 raise ValueError(f"{name} must be increasing, got {ids}")
-        if max(self.v_biattention_id) >= self.v_num_hidden_layers or max(self.t_biattention_id) >= self.num_hidden_layers:
+        if (max(self.v_biattention_id) >= self.v_num_hidden_layers
+                or max(self.t_biattention_id) >= self.num_hidden_layers):
             raise ValueError("co-attention ids must index existing layers")
         for width, heads in ((self.hidden_size, self.num_attention_heads),
                              (self.v_hidden_size, self.v_num_attention_heads),
