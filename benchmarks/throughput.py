@@ -450,7 +450,7 @@ def vit_image_macs(model_dir: Path, pooled_last_layer: bool = False) -> int:
     """Multiply-accumulates of one image through the vision tower and projection, from the model's config: patch
     embedding, per layer QKV, attention scores and weighted sum, output projection and MLP, then the projection.
     ``pooled_last_layer``: what capeval executes, the last layer computing keys and values for every token but the
-    rest for the class token only (capeval/towers.py)."""
+    rest for the class token only (capeval/models/clip/modeling.py)."""
     config = json.loads((model_dir / "config.json").read_text())
     vision, projection_dim = config["vision_config"], config["projection_dim"]
     patches = (vision["image_size"] // vision["patch_size"]) ** 2

@@ -1,9 +1,11 @@
 """capeval: faithful, fast image-caption evaluation metrics for the Hugging Face ecosystem.
 
-The scorers are imported on first use (``from capeval import CLIPScore`` works as usual), so that importing capeval
-or :mod:`capeval.registry` does not import torch.
+The scorers are imported on first use (PEP 562; ``from capeval import CLIPScore`` works as usual), so that importing
+capeval, :mod:`capeval.registry` or :mod:`capeval.cli` (``capeval --help``) loads neither torch nor transformers.
 """
-from typing import Any, Dict
+from __future__ import annotations
+
+from typing import Any, Dict, List
 
 from capeval.hub import ModelNotAvailableError
 from capeval.inputs import InputError
@@ -12,12 +14,18 @@ from capeval.registry import FAMILIES, MetricFamily
 from capeval.version import __version__
 
 _SCORERS: Dict[str, MetricFamily] = {family.scorer_path.split(":")[1]: family for family in FAMILIES.values()}
+"""Public scorer class name -> its family, imported on first access."""
 
-__all__ = ["CLIPScore", "PACScore", "ViLBERTScore", "InputError", "ModelNotAvailableError", "RegionFeatures",
-           "__version__"]
+__all__ = [*_SCORERS, "InputError", "ModelNotAvailableError", "RegionFeatures", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name in _SCORERS:
-        return _SCORERS[name].scorer_class()
+        value = _SCORERS[name].scorer_class()
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'capeval' has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,17 +11,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from capeval.benchmarks import command as benchmark_command
 from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
-from capeval.inputs import InputError, validate_caption
+from capeval.inputs import InputError, TextPosition, TruncationWarning, validate_caption
 from capeval.models.regions import command as regions_command
 from capeval.models.regions.lookup import RegionLookup
+from capeval.options import PRECISION_NAMES
+from capeval.outputs import check_output_file
 from capeval.registry import FAMILIES
-from capeval.runtime import PRECISIONS
 from capeval.version import __version__
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
@@ -37,9 +40,17 @@ def _name_keys(keys: Sequence[str], shown: int = 5) -> str:
 
 def _load_json_object(path: Path, layout: str) -> Dict[str, Any]:
     """A JSON file holding an object; ``layout`` describes the expected content in errors."""
+    def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        seen: Dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise InputError(f"{path}: key {key!r} appears more than once (JSON keeps only the last value)")
+            seen[key] = value
+        return seen
+
     with path.open(encoding="utf-8") as handle:
         try:
-            data = json.load(handle)
+            data = json.load(handle, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as error:
             raise InputError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
@@ -56,8 +67,14 @@ def read_candidates(path: Path) -> Dict[str, str]:
 
 
 def read_references(path: Path) -> Dict[str, List[str]]:
-    """References JSON ``{"<image id>": ["ref", ...]}``; a string value is one reference, as in CLIPScore's script."""
+    """References JSON ``{"<image id>": ["ref", ...]}``; a string value is one reference, as in CLIPScore's script.
+
+    Warns when every value is a single string: that is the layout of a candidates file.
+    """
     data = _load_json_object(path, '{"<image id>": ["reference", ...], ...}')
+    if all(isinstance(refs, str) for refs in data.values()):
+        warnings.warn(f"every value of the references file {path} is a single string ({len(data)} keys), each read "
+                      "as one reference; is it a candidates file?", stacklevel=2)
     references: Dict[str, List[str]] = {}
     for key, refs in data.items():
         refs = [refs] if isinstance(refs, str) else refs
@@ -102,8 +119,8 @@ def find_images(folder: Path, keys: Sequence[str]) -> Dict[str, Path]:
 
 def run_score(args: argparse.Namespace) -> int:
     """``capeval score``: score every candidate against its image (and references), print and save the scores."""
-    if args.output is not None and not args.output.parent.is_dir():
-        raise InputError(f"output folder not found: {args.output.parent}")
+    if args.output is not None:
+        check_output_file(args.output)
     candidates = read_candidates(args.candidates)
     references = read_references(args.references) if args.references is not None else None
     if references is not None:
@@ -122,8 +139,15 @@ def run_score(args: argparse.Namespace) -> int:
     family = FAMILIES[args.metric]
     scorer = family.scorer_class()(**{name: value for name, value in options.items() if value is not None},
                                    progress=True)
-    result = scorer.score([images[key] for key in keys], [candidates[key] for key in keys],
-                          [references[key] for key in keys] if references is not None else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncationWarning)
+        result = scorer.score([images[key] for key in keys], [candidates[key] for key in keys],
+                              [references[key] for key in keys] if references is not None else None)
+    for warning in caught:
+        message = warning.message
+        if isinstance(message, TruncationWarning):
+            message = message.describe(lambda position: _text_name(keys, position))
+        warnings.warn(str(message), stacklevel=1)
 
     names = [name for name in family.result_keys if name in result]
     for name in names:
@@ -140,6 +164,12 @@ def run_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _text_name(keys: Sequence[str], position: TextPosition) -> str:
+    """A text of ``capeval score`` named by its image id: ``candidate 'image1'``, ``reference 2 of 'image1'``."""
+    index, reference = position
+    return f"candidate {keys[index]!r}" if reference is None else f"reference {reference} of {keys[index]!r}"
+
+
 def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "score",
@@ -150,8 +180,8 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
     parser.add_argument("--images", type=Path, help="folder holding <image id>.<jpg|png|...>")
     parser.add_argument("--regions", type=Path,
-                        help="region feature file keyed by image id (.npz or bottom-up .tsv) instead of --images, for "
-                             "region-based metrics (vilbertscore)")
+                        help="region feature file keyed by image id (an .npz as `capeval regions` writes) instead of "
+                             "--images, for region-based metrics (vilbertscore)")
     parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
     parser.add_argument("--references", type=Path,
                         help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')
@@ -159,7 +189,7 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=benchmark_command.positive_int, help="images per forward pass (default 64)")
-    parser.add_argument("--precision", choices=["auto", *sorted(PRECISIONS)],
+    parser.add_argument("--precision", choices=["auto", *PRECISION_NAMES],
                         help="model and score arithmetic (default auto: the reference code's own on that device)")
     parser.add_argument("--cache-dir", type=Path, help="folder of the on-disk embedding cache (default: none)")
     parser.add_argument("--output", type=Path, help="write per-item scores keyed by image id to this JSON file")
@@ -170,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``capeval`` argument parser with its subcommands."""
     parser = argparse.ArgumentParser(prog="capeval", description="Faithful image-caption evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show the progress bars of transformers and huggingface_hub (model loading)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_score_parser(subparsers)
     benchmark_command.register(subparsers)
@@ -178,13 +210,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; bad input or a missing file prints one line to stderr and returns 2."""
+    """Run the command line; bad input or a missing file prints one line to stderr and returns 2.
+
+    Warnings print as one line each (``capeval score: warning: ...``), without source locations.
+    """
     args = build_parser().parse_args(argv)
+    prefix = f"capeval {args.command}"
+
+    def show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        print(f"{prefix}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
     try:
-        return args.handler(args)
+        with warnings.catch_warnings(), _third_party_bars(shown=args.verbose):
+            warnings.showwarning = show_warning
+            return args.handler(args)
     except (InputError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
-        print(f"capeval {args.command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        message = " ".join(str(error).split())
+        print(f"{prefix}: error: {benchmark_command.in_flags(message)}", file=sys.stderr)
         return 2
+
+
+@contextmanager
+def _third_party_bars(shown: bool) -> Iterator[None]:
+    """Hide huggingface_hub's and transformers' progress bars (downloads, "Loading weights") unless ``shown``;
+    their previous setting is restored afterwards."""
+    if shown:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_was_enabled = not are_progress_bars_disabled()
+    transformers_logging = sys.modules.get("transformers.utils.logging")
+    transformers_was_enabled = (transformers_logging.is_progress_bar_enabled() if transformers_logging is not None
+                                else hub_was_enabled)  # transformers reads the hub's setting when first imported
+    disable_progress_bars()
+    if transformers_logging is not None:
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if hub_was_enabled:
+            enable_progress_bars()
+        transformers_logging = sys.modules.get("transformers.utils.logging")
+        if transformers_logging is not None and transformers_was_enabled:
+            transformers_logging.enable_progress_bar()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ determines the rows (the on-disk cache namespace), how missing items are grouped
 run through its model. The engine does the rest for any model: rows come from the in-memory cache, then the on-disk
 cache, and only the rest are computed. Under ``accelerate launch`` the batches to compute are dealt out over the
 processes and the rows gathered back on every process. Batches are formed from the whole request before they are
-dealt, so each item is computed in the same batch, hence bit for bit the same, whatever the number of processes.
+dealt, so each item is computed in the same batch, hence bit for bit the same whatever the number of processes, as
+long as each process runs the same number of intra-op threads.
 """
 from __future__ import annotations
 

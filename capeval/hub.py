@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Union
 
+from capeval.options import local_model_problem
+
 ModelRef = Union[str, "os.PathLike[str]"]
 
 DEFAULT_REVISIONS: Dict[str, str] = {
@@ -35,6 +37,9 @@ def resolve_model_folder(
 ) -> Path:
     """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` holding the files matching
     ``allow_patterns`` (the local cache when offline); ``converter`` names the script that writes such folders."""
+    problem = local_model_problem(model, converter)
+    if problem is not None:
+        raise ModelNotAvailableError(problem)
     folder = Path(model).expanduser()
     if folder.is_dir():
         return folder

@@ -96,14 +96,34 @@ def validate_image(image: ImageInput, index: int) -> ImageItem:
             raise InputError(f"images[{index}]: {width}x{height} exceeds PIL.Image.MAX_IMAGE_PIXELS")
         if width == 0 or height == 0:
             raise InputError(f"images[{index}]: empty image ({width}x{height})")
-        palette = image.palette.tobytes() if image.mode == "P" and image.palette is not None else b""
+        label = f"PIL {image.mode} {width}x{height}"
+        with _pil_errors(index, label, "cannot be read (a closed or unloadable PIL image)"):
+            image.load()
+            pixels = image.tobytes()
+            palette = _palette_bytes(image)
         header = f"pil:{image.mode}:{width}x{height}".encode()
-        return ImageItem(index, _digest(header, palette, image.tobytes()), image, f"PIL {image.mode} {width}x{height}")
+        return ImageItem(index, _digest(header, palette, pixels), image, label)
     if isinstance(image, np.ndarray):
         return validate_image(_array_to_pil(image, index), index)
     raise InputError(
         f"images[{index}] has type {type(image).__name__}; expected a path, PIL.Image, uint8 array or bytes"
     )
+
+
+def _palette_bytes(image: Image.Image) -> bytes:
+    """The RGB colours of the palette entries up to the highest index the pixels use (``b""`` without a palette).
+
+    This is what ``convert("RGB")`` reads, taken in a form every supported Pillow gives alike: ``getpalette()``
+    (``ImagePalette.tobytes`` refuses palettes still held as raw file data, and palette lengths past the used
+    entries differ between formats and Pillow versions). Missing entries count as black.
+    """
+    if image.mode not in ("P", "PA"):
+        return b""
+    colours = image.getpalette() or []
+    extrema = image.getextrema()
+    highest = extrema[0][1] if image.mode == "PA" else extrema[1]
+    used = 3 * (int(highest) + 1)
+    return bytes(colours[:used]).ljust(used, b"\0")
 
 
 def _array_to_pil(array: np.ndarray, index: int) -> Image.Image:
@@ -140,6 +160,10 @@ def validate_references(references: object, index: int) -> Tuple[str, ...]:
     return tuple(validate_caption(ref, f"references[{index}][{j}]") for j, ref in enumerate(references))
 
 
+TextPosition = Tuple[int, Optional[int]]
+"""(item index, reference number, or None for the candidate)."""
+
+
 @dataclass(frozen=True)
 class ScoringItems:
     """A validated chunk of (image, candidate, references) triples; ``start`` is the index of its first item."""
@@ -152,6 +176,53 @@ class ScoringItems:
 
     def __len__(self) -> int:
         return len(self.candidates)
+
+    def text_positions(self) -> List[TextPosition]:
+        """(item index, reference number or None for the candidate) of each text in the order scorers encode them:
+        every candidate of the chunk, then every item's references."""
+        positions: List[TextPosition] = [(self.start + i, None) for i in range(len(self))]
+        for i, refs in enumerate(self.references or ()):
+            positions.extend((self.start + i, j) for j in range(len(refs)))
+        return positions
+
+
+class TruncationWarning(UserWarning):
+    """Texts longer than the model's context were truncated as the reference code truncates them.
+
+    ``positions`` lists every truncated text as (item index, reference number or None for the candidate), so that a
+    caller can name the items its own way (:meth:`describe`); the message names them by index.
+    """
+
+    def __init__(self, positions: Sequence[TextPosition], context_length: int,
+                 rule: str = "keeping the end token") -> None:
+        self.positions = tuple(positions)
+        self.context_length = context_length
+        self.rule = rule
+        super().__init__(self.describe())
+
+    def describe(self, name: Optional[Callable[[TextPosition], str]] = None, shown: int = 3) -> str:
+        """One line: the count, the first ``shown`` texts named by ``name`` (default ``candidates[i]`` /
+        ``references[i][j]``) and what was done."""
+        def by_index(position: TextPosition) -> str:
+            index, reference = position
+            return f"candidates[{index}]" if reference is None else f"references[{index}][{reference}]"
+
+        names = [(name or by_index)(position) for position in self.positions[:shown]]
+        more = f" and {len(self.positions) - shown} more" if len(self.positions) > shown else ""
+        return (f"{len(self.positions)} texts exceed the model's {self.context_length}-token context and were "
+                f"truncated, {self.rule}, as the reference implementation does: {', '.join(names)}{more}")
+
+
+def check_not_single(name: str, values: object, expected: str) -> None:
+    """Refuse one string, bytes or path given where a list is expected (it would be read item by item)."""
+    if isinstance(values, (str, bytes, bytearray, os.PathLike)):
+        raise InputError(f"{name} must be {expected}, got a single {type(values).__name__} ({_short(values)}); "
+                         f"wrap one item in a list: {name}=[...]")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(os.fspath(value)) if isinstance(value, os.PathLike) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _sized(values: Iterable[object]) -> Optional[int]:
@@ -173,12 +244,11 @@ def iter_scoring_items(
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
     """
-    if isinstance(candidates, str):
-        raise InputError("candidates must be a list of strings, not a single string")
+    check_not_single("images", images, "a list of images (one per candidate)")
+    check_not_single("candidates", candidates, "a list of strings")
     lengths = {"images": _sized(images), "candidates": _sized(candidates)}
     if references is not None:
-        if isinstance(references, str):
-            raise InputError("references must be a list of lists of strings, not a single string")
+        check_not_single("references", references, "a list of lists of strings")
         lengths["references"] = _sized(references)
     known = {name: n for name, n in lengths.items() if n is not None}
     if len(set(known.values())) > 1:

@@ -9,6 +9,8 @@ from typing import Dict, Protocol, Union
 import torch
 from accelerate import PartialState
 
+from capeval.options import checked_device
+
 PRECISIONS: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 """Precision names accepted by every loader and scorer, and the torch dtype each runs the model in."""
 
@@ -24,8 +26,9 @@ def process_state() -> PartialState:
 
 
 def resolve_device(device: DeviceLike) -> torch.device:
-    """``device`` as a ``torch.device``; Accelerate's ``PartialState().device`` when ``None``."""
-    return torch.device(device) if device is not None else process_state().device
+    """``device`` as a ``torch.device`` that exists here (:func:`capeval.options.checked_device` says which do when it
+    does not); Accelerate's ``PartialState().device`` when ``None``."""
+    return checked_device(device) if device is not None else process_state().device
 
 
 def precision_dtype(precision: str) -> torch.dtype:

@@ -263,8 +263,8 @@ def test_cli_writes_table_and_files(pascal50s, monkeypatch, tmp_path, capsys) ->
                  "--output", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert requested == {"names": ["cider", "bleu4"], "model": "some/model", "device": None, "batch_size": 64,
-                         "regions": None}
+    assert requested == {"names": ["cider", "bleu4"], "model": "some/model", "models": {}, "device": None,
+                         "batch_size": 64, "progress": True, "regions": None}
     assert "| Metric | HC | HI | HM | MM | Mean |" in printed and "| CIDEr |" in printed
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     assert report["bootstrap"]["n_resamples"] == 20 and report["bootstrap"]["seed"] == 4

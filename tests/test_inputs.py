@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from capeval import CLIPScore, InputError
+from capeval.inputs import TruncationWarning
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,13 @@ def _png_header_only(width: int, height: int) -> bytes:
         ([IMAGE_1, IMAGE_2], ["a cat", "   "], None, r"candidates\[1\] is empty"),
         ([IMAGE_1, IMAGE_2], [None, "a cat"], None, r"candidates\[0\] is None"),
         ([IMAGE_1, IMAGE_2], ["a cat", 7], None, r"candidates\[1\] has type int"),
-        ([IMAGE_1], "a cat", None, "not a single string"),
+        ([IMAGE_1], "a cat", None, r"^candidates must be a list of strings, got a single str \('a cat'\)"),
+        ([IMAGE_1], b"a cat", None, "^candidates must be a list of strings, got a single bytes"),
+        ("examples/clipscore/images", ["a", "b"], None, r"^images must be a list of images .*, got a single str"),
+        (Path("examples/clipscore/images"), ["a", "b"], None,
+         r"^images must be a list of images .*, got a single PosixPath"),
+        (_png_header_only(4, 4), ["a"], None, r"^images must be a list of images .*, got a single bytes"),
+        ([IMAGE_1], ["a"], "a ref", r"^references must be a list of lists of strings, got a single str"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], []], r"references\[1\] is empty"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], "r"], r"references\[1\] must be a list"),
         ([IMAGE_1, IMAGE_2], ["a", "b"], [["r"], ["ok", None]], r"references\[1\]\[1\] is None"),
@@ -68,7 +75,8 @@ def _png_header_only(width: int, height: int) -> bytes:
     ],
 )
 def test_bad_input_names_the_item(scorer, request, images, candidates, references, message) -> None:
-    if any(isinstance(image, ExampleImage) for image in images):  # only these cases need the test data
+    if not isinstance(images, (str, bytes, Path)) and any(isinstance(image, ExampleImage) for image in images):
+        # only these cases need the test data
         files = request.getfixturevalue("example_images")
         images = [files[image.number - 1] if isinstance(image, ExampleImage) else image for image in images]
     with pytest.raises(InputError, match=message):
@@ -121,9 +129,12 @@ def test_image_between_pil_warning_and_error_limits_is_refused(scorer, example_i
 def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer, example_images) -> None:
     image_1, image_2 = example_images
     long_caption = "a very long caption about a dog " * 20
-    with pytest.warns(UserWarning, match="^3 texts exceed CLIP's 77-token context") as record:
+    with pytest.warns(TruncationWarning, match="^3 texts exceed the model's 77-token context") as record:
         result = scorer.score([image_1, image_2], [long_caption, "short"], [[long_caption], ["ok", long_caption]])
-    assert len([w for w in record if "exceed" in str(w.message)]) == 1
+    warned = [w.message for w in record if isinstance(w.message, TruncationWarning)]
+    assert len(warned) == 1
+    assert warned[0].positions == ((0, None), (0, 0), (1, 1))
+    assert str(warned[0]).endswith(": candidates[0], references[0][0], references[1][1]")
     truncated_only = long_caption.split()[:60]  # well past 75 tokens once prompted: same tokens after truncation
     same = scorer.score([image_1], [" ".join(truncated_only) + " and more words"])
     assert result["clip_scores"][0] == same["clip_scores"][0]

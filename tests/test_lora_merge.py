@@ -187,7 +187,7 @@ def test_pac_scores_match_reference(converted_dir: Path, golden: dict, flickr8k_
     candidates = [golden["texts"][text] for _, text in golden["pac_pairs"]]
     expected = torch.tensor(golden["pac_scores"], dtype=torch.float64)
     assert (expected > 0).sum() >= 3  # some pairs are not clipped at zero
-    with pytest.warns(UserWarning, match="exceed CLIP's 77-token context"):  # the long caption, 3 pairs
+    with pytest.warns(UserWarning, match="exceed the model's 77-token context"):  # the long caption, 3 pairs
         scores = PACScore(model=converted_dir, device="cpu").score(images, candidates)["pac_scores"]
     torch.testing.assert_close(torch.tensor(scores, dtype=torch.float64), expected, rtol=0, atol=PAC_SCORE_ATOL)
 

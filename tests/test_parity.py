@@ -152,7 +152,7 @@ def test_tokenization_equals_clip_tokenize(tiny_openai_clip, caption_sets) -> No
     for index, ids in enumerate(ours):
         row = expected[index].tolist()  # zero-padded; id 0 is also a real token ("!"), so cut at the end token
         assert ids == row[: row.index(49407) + 1], texts[index]
-    assert text_transform.count_truncated(text_transform.prepare(texts, PROMPT)) == sum(
+    assert sum(text_transform.truncated(text_transform.prepare(texts, PROMPT))) == sum(
         len(clip.tokenize(PROMPT + t, truncate=True)[0]) == 77 and clip.tokenize(PROMPT + t, truncate=True)[0, -1] == 49407
         for t in texts
     )

@@ -1,4 +1,4 @@
-"""capeval/towers.py: the pruned tower forwards return transformers' pooled outputs."""
+"""capeval/models/clip/modeling.py: the pruned tower forwards return transformers' pooled outputs."""
 from __future__ import annotations
 
 import pytest

@@ -1,14 +1,41 @@
-"""``capeval benchmark``: run metrics on a human-judgment benchmark and write JSON, Markdown and plots."""
+"""``capeval benchmark``: run metrics on a human-judgment benchmark and write JSON, Markdown and plots.
+
+The benchmark API (:func:`capeval.benchmarks.load_benchmark`, :func:`capeval.benchmarks.run_benchmark`) names its
+parameters in its errors as Python does (``root=``, ``image_dir``); this command reports them by its flags.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
 from capeval.benchmarks.datasets import available_benchmarks, load_benchmark
 from capeval.benchmarks.report import markdown_report, write_report
 from capeval.benchmarks.runner import BUILTIN_METRICS, builtin_metrics, run_benchmark
+from capeval.registry import BENCHMARK_METRICS
+from capeval.inputs import InputError
+from capeval.outputs import check_output_folder
+
+SOURCES = ("auto", "text", "json", "csv", "parquet", "hub", "amt", "jsonl")
+"""Values of ``load_benchmark(source=...)`` across the benchmarks (each benchmark accepts some, see its loader)."""
+
+FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
+    ("source='hub'", "--source hub"),
+    ("needs root=", "needs --data-root"),
+    ("pass root=", "pass --data-root"),
+    ("pass image_dir", "pass --images"),
+    ("root=", "--data-root"),
+    ("model=<", "--model <"),
+)
+"""How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
+
+
+def in_flags(message: str) -> str:
+    """An API error message with its parameter names replaced by the command line's flags."""
+    for parameter, flag in FLAG_OF_PARAMETER:
+        message = message.replace(parameter, flag)
+    return message
 
 
 def positive_int(text: str) -> int:
@@ -17,6 +44,33 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def split_models(values: Optional[List[str]]) -> Tuple[Optional[str], Dict[str, str]]:
+    """``--model`` values as (the model for every embedding metric, {metric: model}).
+
+    ``METRIC=MODEL`` gives one metric its model when ``METRIC`` is a built-in metric name; any other value is a
+    model for every embedding metric without its own. A metric given twice, or two models for all, is refused.
+    """
+    shared: List[str] = []
+    per_metric: Dict[str, str] = {}
+    for value in values or ():
+        name, separator, model = value.partition("=")
+        if not separator or name not in BUILTIN_METRICS:
+            shared.append(value)
+            continue
+        if name not in BENCHMARK_METRICS:
+            raise InputError(f"--model {value}: {name} takes no model (models choose the backbone of "
+                             f"{', '.join(BENCHMARK_METRICS)})")
+        if name in per_metric:
+            raise InputError(f"--model given twice for {name}: {per_metric[name]!r} and {model!r}")
+        if not model:
+            raise InputError(f"--model {value}: the model after '=' is empty")
+        per_metric[name] = model
+    if len(shared) > 1:
+        raise InputError(f"--model given {len(shared)} times without a metric ({', '.join(map(repr, shared))}); "
+                         "give each metric its model with --model <metric>=<model>")
+    return (shared[0] if shared else None), per_metric
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,10 +86,15 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
     parser.add_argument("--images", type=Path, help="folder holding the benchmark's images (embedding metrics)")
     parser.add_argument("--regions", type=Path,
-                        help="region feature file keyed by image name (.npz or bottom-up .tsv) for the region-based "
-                             "metrics (vilbert_p, vilbert_r, vilbert_f)")
-    parser.add_argument("--data-root", type=Path, help="folder holding the benchmark's annotation files")
-    parser.add_argument("--model", help="hub id or local folder replacing the default model of CLIP-S / PAC-S")
+                        help="region feature file keyed by image name (an .npz as `capeval regions` writes) for the "
+                             "region-based metrics (vilbert_p, vilbert_r, vilbert_f)")
+    parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
+    parser.add_argument("--source", choices=SOURCES, default="auto",
+                        help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
+    parser.add_argument("--model", action="append", metavar="[METRIC=]MODEL",
+                        help="hub id or local folder replacing the default backbone: METRIC=MODEL for one metric "
+                             f"({', '.join(BENCHMARK_METRICS)}; repeat for several), or MODEL for all of them when "
+                             "they are of one family (CLIP-S or PAC-S)")
     parser.add_argument("--device", help="torch device (default: Accelerate's)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass")
     parser.add_argument("--bootstrap", type=positive_int, default=1000,
@@ -51,15 +110,18 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval benchmark``."""
-    benchmark = load_benchmark(args.dataset, args.data_root)
-    metrics = builtin_metrics(args.metric, model=args.model, device=args.device, batch_size=args.batch_size,
-                              regions=args.regions)
+    if args.output is not None:
+        check_output_folder(args.output)
+    model, models = split_models(args.model)
+    benchmark = load_benchmark(args.dataset, args.data_root, source=args.source)
+    metrics = builtin_metrics(args.metric, model=model, models=models, device=args.device,
+                              batch_size=args.batch_size, progress=True, regions=args.regions)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "
-                                                        f"({len(benchmark.items)} items)", file=sys.stderr))
+                                                        f"({len(benchmark.items)} items)", file=sys.stderr),
+                           progress=True)
     print(markdown_report(result))
     if args.output is not None:
         for path in write_report(result, args.output):
             print(f"wrote {path}", file=sys.stderr)
     return 0
-

@@ -546,6 +546,17 @@ def _default_image_dir(name: str, split: str) -> Path:
     return cache / "benchmarks" / name / split / "images"
 
 
+def _polos_item(row: Dict[str, Any], references: Any, index: int, where: str, image: str) -> RatedItem:
+    """One rated candidate of the Polos / DENEB layouts (``mt``, ``refs``, ``score``; image named ``image``)."""
+    return RatedItem(
+        image=image,
+        candidate=_text(row["mt"], f"{where} 'mt'"),
+        references=_texts(references, f"{where} 'refs'"),
+        human=_number(row["score"], f"{where} 'score'"),
+        key=f"{row['imgid']}#{index}",
+    )
+
+
 def _polos_csv_items(path: Path) -> List[RatedItem]:
     """Items of a csv in the Polos / DENEB layout: ``imgid``, ``mt``, ``refs`` (a Python list literal), ``score``."""
     items = []
@@ -560,15 +571,29 @@ def _polos_csv_items(path: Path) -> List[RatedItem]:
                 references = ast.literal_eval(row["refs"])
             except (ValueError, SyntaxError):
                 raise BenchmarkFormatError(f"{where}: 'refs' is not a list literal: {row['refs']!r}") from None
-            items.append(
-                RatedItem(
-                    image=row["imgid"],
-                    candidate=_text(row["mt"], f"{where} 'mt'"),
-                    references=_texts(references, f"{where} 'refs'"),
-                    human=_number(row["score"], f"{where} 'score'"),
-                    key=f"{row['imgid']}#{index}",
-                )
-            )
+            items.append(_polos_item(row, references, index, where, row["imgid"]))
+    return items
+
+
+def _polos_json_items(path: Path) -> List[RatedItem]:
+    """Items of a JSON list of ``{"imgid", "mt", "refs", "score"}`` records, the layout that evaluation scripts of
+    later metrics distribute (``polaris_test.json``, ``nebula_test.json``); the image is ``<imgid>.jpg`` (``imgid``
+    as it is when it already ends in an image suffix), as those scripts name it."""
+    records = _read_json(path)
+    if not isinstance(records, list):
+        raise BenchmarkFormatError(f"{path}: expected a JSON list of {{imgid, mt, refs, score}} records, "
+                                   f"found {type(records).__name__}")
+    items = []
+    for index, row in enumerate(records):
+        where = f"{path} entry {index}"
+        if not isinstance(row, dict):
+            raise BenchmarkFormatError(f"{where}: expected an object, found {type(row).__name__}")
+        missing = {"imgid", "mt", "refs", "score"} - set(row)
+        if missing:
+            raise BenchmarkFormatError(f"{where}: missing key(s) {', '.join(sorted(missing))}")
+        imgid = str(row["imgid"])
+        image = imgid if Path(imgid).suffix.lower() in (".jpg", ".jpeg", ".png") else f"{imgid}.jpg"
+        items.append(_polos_item(row, row["refs"], index, where, image))
     return items
 
 
@@ -597,21 +622,22 @@ def _hub_layout_items(
 
 _POLARIS_HOW = (
     "Polaris (Wada et al., CVPR 2024) is the hub dataset yuwd/Polaris: load it online with source='hub', or pass "
-    "root= a folder holding polaris_<split>.csv (columns imgid, mt, refs, score; images in images/) or the hub "
-    "parquet files (columns refs, cand, img, human_score)."
+    "root= a folder holding polaris_<split>.csv or polaris_<split>.json (columns / keys imgid, mt, refs, score; "
+    "images in images/), or the hub parquet files (columns refs, cand, img, human_score)."
 )
 _NEBULA_HOW = (
     "Nebula (Matsuda et al., ACCV 2024) is the hub dataset Ka2ukiMatsuda/Nebula: load it online with "
-    "source='hub', or pass root= a folder holding nebula_<split>.csv (columns imgid, mt, refs, score; images in "
-    "images/) or the hub parquet files (columns file_name, image, refs, mt, human_score)."
+    "source='hub', or pass root= a folder holding nebula_<split>.csv or nebula_<split>.json (columns / keys imgid, "
+    "mt, refs, score; images in images/), or the hub parquet files (columns file_name, image, refs, mt, "
+    "human_score)."
 )
 
 _HUB_LAYOUTS = {
     "polaris": {
         "dataset": "yuwd/Polaris",
         "splits": {"test": "test", "validation": "validation", "train": "train"},
-        "csv": "polaris_{split}.csv",
-        "csv_split": {"test": "test", "validation": "val", "train": "train"},
+        "stem": "polaris_{split}",
+        "file_split": {"test": "test", "validation": "val", "train": "train"},
         "columns": {"image": "img", "candidate": "cand", "references": "refs", "human": "human_score"},
         "how": _POLARIS_HOW,
         "citation": (
@@ -623,8 +649,8 @@ _HUB_LAYOUTS = {
     "nebula": {
         "dataset": "Ka2ukiMatsuda/Nebula",
         "splits": {"test": "test", "validation": "valid", "train": "train"},
-        "csv": "nebula_{split}.csv",
-        "csv_split": {"test": "test", "validation": "val", "train": "train"},
+        "stem": "nebula_{split}",
+        "file_split": {"test": "test", "validation": "val", "train": "train"},
         "columns": {
             "image": "image", "candidate": "mt", "references": "refs", "human": "human_score", "file_name": "file_name"
         },
@@ -644,26 +670,29 @@ def _load_hub_layout(
     layout = _HUB_LAYOUTS[name]
     if split not in layout["splits"]:
         raise ValueError(f"benchmark {name!r}: split must be one of {', '.join(layout['splits'])}, not {split!r}")
-    if source not in ("auto", "csv", "parquet", "hub"):
-        raise ValueError(f"benchmark {name!r}: source must be 'auto', 'csv', 'parquet' or 'hub', not {source!r}")
+    if source not in ("auto", "csv", "json", "parquet", "hub"):
+        raise ValueError(
+            f"benchmark {name!r}: source must be 'auto', 'csv', 'json', 'parquet' or 'hub', not {source!r}"
+        )
+    stem = layout["stem"].format(split=layout["file_split"][split])
     if source == "auto":
         if root is None:
             raise FileNotFoundError(f"benchmark {name!r} needs root= or source='hub'. {layout['how']}")
         folder = Path(root)
-        csv_name = layout["csv"].format(split=layout["csv_split"][split])
         if folder.is_file():
-            source = "csv" if folder.suffix == ".csv" else "parquet"
-        elif (folder / csv_name).is_file():
-            source = "csv"
+            source = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(folder.suffix.lower(), "")
+            if not source:
+                raise BenchmarkFormatError(f"{folder}: not a layout of benchmark {name!r} (a .csv, .json or .parquet "
+                                           f"file, or a folder of them). {layout['how']}")
         else:
-            source = "parquet"
+            source = next((kind for kind in ("csv", "json") if (folder / f"{stem}.{kind}").is_file()), "parquet")
     extracted_dir = Path(image_dir) if image_dir is not None else _default_image_dir(name, split)
-    if source == "csv":
-        csv_name = layout["csv"].format(split=layout["csv_split"][split])
-        path = _locate(root, [csv_name], name, layout["how"])
-        items = _polos_csv_items(path)
-        origin, folder_of_images = f"csv:{path}", str(path.parent / "images")
-        read = f"read from {path} (Polos csv layout: imgid, mt, refs, score; one row per rated candidate)"
+    if source in ("csv", "json"):
+        path = _locate(root, [f"{stem}.{source}"], name, layout["how"])
+        items = _polos_csv_items(path) if source == "csv" else _polos_json_items(path)
+        origin, folder_of_images = f"{source}:{path}", str(path.parent / "images")
+        read = (f"read from {path} (Polos {source} layout: imgid, mt, refs, score; one "
+                f"{'row' if source == 'csv' else 'record'} per rated candidate)")
     else:
         if source == "hub":
             rows = _hub_rows(
@@ -1010,7 +1039,7 @@ def load_benchmark(name: str, root: Optional[PathLike] = None, *, source: str = 
     """Load benchmark ``name`` from ``root`` (a folder, or the data file itself) in its published layout.
 
     ``source`` picks the layout ("auto" detects it): flickr8k-*: "text" | "json"; pascal-50s, foil: "json";
-    composite: "amt" | "csv"; polaris, nebula: "csv" | "parquet" | "hub"; thumb: "jsonl". Options:
+    composite: "amt" | "csv"; polaris, nebula: "csv" | "json" | "parquet" | "hub"; thumb: "jsonl". Options:
     pascal-50s ``references``; foil ``references`` (1 or 4); composite ``subsets``; polaris / nebula ``split``,
     ``image_dir`` (where embedded hub images are written); thumb ``include_human``.
     """

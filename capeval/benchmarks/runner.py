@@ -9,25 +9,29 @@ call, ``signature: str``.
 from __future__ import annotations
 
 import inspect
+import numbers
 import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
 from capeval.models.regions.lookup import RegionLookup
+from capeval.options import check_positive_int
 from capeval.registry import BENCHMARK_METRICS, scorer_class
 
 if TYPE_CHECKING:
     from capeval.scorers.base import Scorer
 
+ModelRef = Union[str, "os.PathLike[str]"]
 MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
 """``f(images, candidates, references) -> one score per candidate``."""
 
@@ -51,21 +55,53 @@ class ScorerMetric:
         return result[self.result_key]
 
 
+def assign_models(
+    names: Sequence[str],
+    model: Optional[ModelRef] = None,
+    models: Optional[Mapping[str, ModelRef]] = None,
+) -> Dict[str, Optional[ModelRef]]:
+    """The model of each embedding metric in ``names`` (``None``: the family's default).
+
+    ``models`` gives a model per metric name; ``model`` applies to every other embedding metric, and only when these
+    belong to one scorer family (CLIP-S and PAC-S have different default backbones, so one model for both is
+    ambiguous). A model named for no selected embedding metric is refused.
+    """
+    models = dict(models or {})
+    embedding = [name for name in names if name in BENCHMARK_METRICS]
+    not_selected = [name for name in models if name not in embedding]
+    if not_selected:
+        raise InputError(f"a model is given for {', '.join(not_selected)}, which is not among the selected embedding "
+                         f"metrics ({', '.join(embedding) or 'none'})")
+    rest = [name for name in embedding if name not in models]
+    if model is not None:
+        if not rest:
+            raise InputError(f"model {str(model)!r} is given for no metric: every selected metric has its own model "
+                             "or takes none")
+        families = sorted({BENCHMARK_METRICS[name][0] for name in rest})
+        if len(families) > 1:
+            raise InputError(f"one model for {', '.join(rest)} is ambiguous ({' and '.join(families)} have different "
+                             "default backbones); give a model per metric (capeval benchmark --model <metric>=<model>)")
+    return {name: models.get(name, model) for name in embedding}
+
+
 def builtin_metrics(
     names: Sequence[str],
     *,
-    model: Optional[Union[str, "os.PathLike[str]"]] = None,
+    model: Optional[ModelRef] = None,
+    models: Optional[Mapping[str, ModelRef]] = None,
     device: Optional[str] = None,
     batch_size: int = 64,
-    regions: Optional[Union[str, "os.PathLike[str]"]] = None,
+    progress: bool = False,
+    regions: Optional[ModelRef] = None,
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
 
-    The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) share one scorer: ``clip_s``/``ref_clip_s``
-    one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``, so each family encodes every image
-    and text once. ``model`` (a folder or hub id) replaces the default model of
-    every scorer used. ``regions`` (a region feature file keyed by image name or stem) feeds the region-based
-    scorers (those taking ``regions=``), which then need no image files.
+    The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) with the same model share one scorer
+    (``clip_s``/``ref_clip_s`` one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``), so each
+    encodes every image and text once. ``models`` (metric name -> folder or hub id) and ``model`` choose the models,
+    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars. ``regions`` (a region feature
+    file keyed by image name or stem) feeds the region-based scorers (those taking ``regions=``), which then need no
+    image files.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
@@ -73,20 +109,23 @@ def builtin_metrics(
     duplicated = sorted({name for name in names if list(names).count(name) > 1})
     if duplicated:
         raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
-    scorers: Dict[str, Scorer] = {}
+    chosen = assign_models(names, model, models)
+    scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
             continue
         family, metric = BENCHMARK_METRICS[name]
-        if family not in scorers:
-            options: Dict[str, object] = {"model": model, "device": device, "batch_size": batch_size}
+        key = (family, None if chosen[name] is None else os.fspath(chosen[name]))
+        if key not in scorers:
+            options: Dict[str, object] = {"model": chosen[name], "device": device, "batch_size": batch_size,
+                                          "progress": progress}
             if regions is not None and "regions" in inspect.signature(scorer_class(family)).parameters:
                 options["regions"] = RegionLookup.from_file(regions)
-            scorers[family] = scorer_class(family)(**options)
-        metrics[name] = ScorerMetric(scorers[family], metric.result_key, metric.uses_references,
-                                     needs_images=getattr(scorers[family], "regions", None) is None)
+            scorers[key] = scorer_class(family)(**options)
+        metrics[name] = ScorerMetric(scorers[key], metric.result_key, metric.uses_references,
+                                     needs_images=getattr(scorers[key], "regions", None) is None)
     return metrics
 
 
@@ -190,6 +229,7 @@ def run_benchmark(
     seed: int = 0,
     ties: str = "half",
     on_metric: Optional[Callable[[str], None]] = None,
+    progress: bool = False,
 ) -> BenchmarkResult:
     """Score ``benchmark`` with every metric and compute its statistics, bootstrap intervals and paired comparisons.
 
@@ -197,10 +237,16 @@ def run_benchmark(
     needs them (FileNotFoundError naming the missing files). ``n_resamples`` image-level bootstrap resamples
     (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the first one
     on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
-    ``on_metric(name)`` is called before each metric runs.
+    ``on_metric(name)`` is called before each metric runs. ``progress`` shows a bar for each metric's scoring and
+    for each bootstrap (scorers made with ``progress=True`` add their encoding bars).
     """
     if not metrics:
         raise ValueError("no metric to benchmark")
+    check_positive_int(n_resamples, "n_resamples")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InputError(f"seed must be an integer, got {type(seed).__name__} {seed!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
+        raise InputError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
     if ties not in statistics.TIE_CREDITS:
         raise ValueError(f"ties must be one of {sorted(statistics.TIE_CREDITS)}, got {ties!r}")
     _check_items(benchmark)
@@ -211,7 +257,7 @@ def run_benchmark(
         if image_root is None:
             raise FileNotFoundError(
                 f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
-                "pass image_dir (capeval benchmark --images)"
+                "pass image_dir"
             )
         check_images(benchmark, image_root)
 
@@ -240,11 +286,14 @@ def run_benchmark(
         if on_metric is not None:
             on_metric(name)
         start = time.perf_counter()
-        scores = _call_metric(name, metric, inputs, keys)
+        with tqdm(total=1, desc=f"scoring {name}", unit="metric", leave=False, disable=not progress) as bar:
+            scores = _call_metric(name, metric, inputs, keys)
+            bar.update()
         seconds = time.perf_counter() - start
         if benchmark.task == "correlation":
             values = statistics.correlations(scores, human)
-            replicates[name] = statistics.correlation_replicates(scores, human, bootstrap)
+            replicates[name] = statistics.correlation_replicates(scores, human, bootstrap, progress=progress,
+                                                                 description=f"bootstrap {name}")
         else:
             if benchmark.task == "pairwise":
                 scores = scores.reshape(2, len(items)).T

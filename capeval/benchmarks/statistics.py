@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Hashable, Mapping, Optional, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
+from tqdm.auto import tqdm
 
 CORRELATION_STATISTICS: tuple[str, ...] = ("kendall_tau_b", "kendall_tau_c", "spearman", "pearson")
 """Statistics of a correlation benchmark, in report order."""
@@ -64,6 +64,8 @@ def _kendall_b_and_c(metric: np.ndarray, human: np.ndarray) -> tuple[float, floa
     ``C - D = tau_b * sqrt((n0 - n1)(n0 - n2))`` and ``tau_c = 2 (C - D) / (n^2 (m - 1) / m)`` with ``m`` the
     smaller number of distinct values, exactly scipy's ``variant="c"`` formula.
     """
+    from scipy import stats as scipy_stats  # imported on use: it slows down the command line's start
+
     tau_b = float(scipy_stats.kendalltau(metric, human, variant="b").statistic)
     size = metric.size
     total_pairs = size * (size - 1) / 2.0
@@ -93,6 +95,8 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _correlations(metric: np.ndarray, human: np.ndarray) -> dict[str, float]:
+    from scipy import stats as scipy_stats
+
     tau_b, tau_c = _kendall_b_and_c(metric, human)
     return {
         "kendall_tau_b": tau_b,
@@ -193,14 +197,22 @@ class ImageBootstrap:
 
 
 def correlation_replicates(
-    metric: Sequence[float], human: Sequence[float], bootstrap: ImageBootstrap
+    metric: Sequence[float],
+    human: Sequence[float],
+    bootstrap: ImageBootstrap,
+    *,
+    progress: bool = False,
+    description: str = "bootstrap",
 ) -> dict[str, np.ndarray]:
-    """Each correlation statistic on every bootstrap resample; NaN where a resample is constant in one variable."""
+    """Each correlation statistic on every bootstrap resample; NaN where a resample is constant in one variable.
+
+    ``progress`` shows a bar over the resamples, labelled ``description``."""
     metric_vector, human_vector = _check_pair(metric, human)
     if metric_vector.size != bootstrap.n_items:
         raise ValueError(f"{metric_vector.size} scores but the bootstrap was built for {bootstrap.n_items} items")
     replicates = {name: np.full(bootstrap.n_resamples, np.nan) for name in CORRELATION_STATISTICS}
-    for resample in range(bootstrap.n_resamples):
+    for resample in tqdm(range(bootstrap.n_resamples), desc=description, unit="resample", leave=False,
+                         disable=not progress):
         indices = bootstrap.item_indices(resample)
         metric_sample, human_sample = metric_vector[indices], human_vector[indices]
         if metric_sample.min() == metric_sample.max() or human_sample.min() == human_sample.max():

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 import datasets
 import evaluate
 
-from capeval.inputs import ImageInput, InputError, validate_caption, validate_references
+from capeval.inputs import ImageInput, InputError, check_not_single, validate_caption, validate_references
 from capeval.registry import scorer_class
 from capeval.scorers.base import Scorer
 
@@ -26,6 +26,10 @@ ScorerKey = Tuple[Optional[str], ...]
 
 def reference_rows(predictions: Optional[Sequence[Any]], references: Optional[Sequence[Any]]) -> Optional[list]:
     """Check predictions and references; one reference row per prediction, ``None`` rows when omitted."""
+    for name, values, expected in (("predictions", predictions, "a list of strings"),
+                                   ("references", references, "a list of lists of strings")):
+        if values is not None:
+            check_not_single(name, values, expected)
     if predictions is None:
         return None if references is None else list(references)
     for index, prediction in enumerate(predictions):
@@ -71,6 +75,7 @@ class CaptionMetric(evaluate.Metric):
         """Score the given and the added predictions; ``images`` and the scorer options are keywords."""
         if kwargs.get("images") is None:
             raise InputError("images are required: pass compute(images=[...]) with one image per prediction")
+        check_not_single("images", kwargs["images"], "a list of images (one per prediction)")
         return super().compute(predictions=predictions, references=references, **kwargs)
 
     def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:

@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Prot
 
 import numpy as np
 
-from capeval.inputs import InputError, ScoringItems, iter_scoring_items
+from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
+from capeval.options import check_positive_int
 from capeval.runtime import DeviceLike, resolve_device, resolve_precision
 from capeval.version import __version__
 
@@ -46,12 +47,11 @@ class Scorer(ABC):
     """Result names reported per item only (``<name>s``), without a corpus mean."""
 
     def __init__(self, device: DeviceLike = None, precision: str = "auto", *, chunk_size: int = 1024) -> None:
-        if chunk_size < 1:
-            raise ValueError("chunk_size must be positive")
+        check_positive_int(chunk_size, "chunk_size")
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.spec, self.device)
         self.chunk_size = chunk_size
-        self._truncated = 0
+        self._truncated: List[TextPosition] = []
 
     @property
     def metric_name(self) -> str:
@@ -81,13 +81,13 @@ class Scorer(ABC):
         if references is None and self.references_required:
             raise InputError(f"{self.spec.label} needs references: pass references=[[...], ...], one list per item")
         per_item: Dict[str, List[np.ndarray]] = {}
-        self._truncated = 0
+        self._truncated = []
         for chunk in self._chunks(images, candidates, references):
             for name, values in self._score_chunk(chunk).items():
                 per_item.setdefault(name, []).append(values)
             del chunk  # release this chunk's images before the next one is read
         if self._truncated:
-            warnings.warn(self.truncation_message(self._truncated), stacklevel=2)
+            warnings.warn(self.truncation_warning(self._truncated), stacklevel=2)
         result: Dict[str, Any] = {}
         for name, parts in per_item.items():
             values = np.concatenate(parts)
@@ -107,13 +107,13 @@ class Scorer(ABC):
     @abstractmethod
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         """Per-item scores of one chunk by result name (``{"clip_score": ..., "ref_clip_score": ...}``); call
-        :meth:`_record_truncated` with the number of texts cut to the model's context."""
+        :meth:`_record_truncated` with the positions of the texts cut to the model's context."""
 
-    def _record_truncated(self, count: int) -> None:
-        """Count texts truncated while scoring; :meth:`score` warns once with the total."""
-        self._truncated += count
+    def _record_truncated(self, positions: Sequence[TextPosition]) -> None:
+        """Record texts truncated while scoring; :meth:`score` warns once, naming the first few."""
+        self._truncated.extend(positions)
 
-    def truncation_message(self, count: int) -> str:
-        """The warning shown when ``count`` texts were truncated."""
-        return f"{count} texts exceed {self.spec.label}'s text context and were truncated"
+    def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
+        """The warning shown when the texts at ``positions`` were truncated (a scorer that truncates overrides it)."""
+        raise NotImplementedError(f"{type(self).__name__} recorded truncated texts but states no truncation rule")
 

@@ -13,9 +13,10 @@ from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from capeval.functional import clipscore as functional
-from capeval.inputs import ScoringItems
+from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
 from capeval.models.clip.loading import load_backbone
+from capeval.options import check_scorer_options
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -73,6 +74,7 @@ class EmbeddingScorer(Scorer):
         chunk_size: int = 1024,
         progress: bool = False,
     ) -> None:
+        check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers)
         super().__init__(device, precision, chunk_size=chunk_size)
         self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, self.device,
                                       self.precision)
@@ -89,10 +91,8 @@ class EmbeddingScorer(Scorer):
         return [("model", backbone.name), ("revision", revision), ("w", self.spec.weight),
                 ("prompt", repr(self.spec.prompt))]
 
-    def truncation_message(self, count: int) -> str:
-        context = self.backbone.text_transform.context_length
-        return (f"{count} texts exceed CLIP's {context}-token context and were truncated, keeping the end token, as "
-                "the reference implementation does")
+    def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
+        return TruncationWarning(positions, self.backbone.text_transform.context_length)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         text_transform = self.backbone.text_transform
@@ -110,7 +110,8 @@ class EmbeddingScorer(Scorer):
         if chunk.references is not None:
             cosines = functional.max_reference_cosine(candidates, text_features[len(chunk):], counts)
             scores[self.spec.ref_name] = functional.ref_clip_s(scores[self.spec.name], cosines)
-        self._record_truncated(text_transform.count_truncated(texts))
+        cut = text_transform.truncated(texts)
+        self._record_truncated([position for position, was_cut in zip(chunk.text_positions(), cut) if was_cut])
         return scores
 
 

@@ -18,11 +18,12 @@ import torch
 from tqdm.auto import tqdm
 
 from capeval.functional import vilbertscore as functional
-from capeval.inputs import InputError, ScoringItems, iter_scoring_items
+from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.vilbert.loading import LoadedVilbert, load_vilbert
 from capeval.models.vilbert.preprocessing import region_inputs
 from capeval.models.vilbert.tokenization import MAX_LENGTH
+from capeval.options import check_scorer_options
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -85,9 +86,8 @@ class ViLBERTScore(Scorer):
         chunk_size: int = 1024,
         progress: bool = False,
     ) -> None:
+        check_scorer_options(batch_size=batch_size, num_regions=num_regions)
         super().__init__(device, precision, chunk_size=chunk_size)
-        if batch_size < 1:
-            raise ValueError("batch_size must be positive")
         self.vilbert: LoadedVilbert = load_vilbert(model if model is not None else self.spec.default_model, revision,
                                                    self.device, self.precision)
         config = self.vilbert.model.config
@@ -107,9 +107,8 @@ class ViLBERTScore(Scorer):
         return [("model", vilbert.name), ("revision", revision), ("task", self.task_id), ("layer", self.layer),
                 ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"), ("refs", "mean")]
 
-    def truncation_message(self, count: int) -> str:
-        return (f"{count} texts exceed ViLBERTScore's {MAX_LENGTH} tokens and were cut at the end (losing [SEP]), "
-                "as the reference implementation does")
+    def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
+        return TruncationWarning(positions, MAX_LENGTH, rule="cutting the tail, [SEP] included")
 
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
@@ -154,9 +153,9 @@ class ViLBERTScore(Scorer):
         distinct_texts = list(dict.fromkeys(text for _, text in rows))
         input_ids, attention_mask, truncated = self.vilbert.tokenizer.encode(distinct_texts)
         text_row = {text: row for row, text in enumerate(distinct_texts)}
-        self._record_truncated(sum(int(truncated[text_row[text]])
-                                   for candidate, refs in zip(chunk.candidates, chunk.references)
-                                   for text in (candidate, *refs)))
+        texts_in_order = [*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]
+        self._record_truncated([position for position, text in zip(chunk.text_positions(), texts_in_order)
+                                if truncated[text_row[text]]])
 
         items_of_key: Dict[str, List[int]] = {}
         for item, key in enumerate(keys):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence, Tuple
 
@@ -93,14 +92,15 @@ class TextTransform:
         limit = self.context_length
         return [tokens if len(tokens) <= limit else tokens[: limit - 1] + [self.end_token_id] for tokens in encoded]
 
-    def count_truncated(self, prepared: Sequence[str]) -> int:
-        """How many prepared texts (repeats included) exceed the context. Each distinct text is tokenised once, and
-        only if it has more UTF-8 bytes than the context can hold BPE tokens (each token spans at least one byte)."""
-        long_texts = Counter(text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2)
+    def truncated(self, prepared: Sequence[str]) -> List[bool]:
+        """Whether each prepared text exceeds the context. Each distinct text is tokenised once, and only if it has
+        more UTF-8 bytes than the context can hold BPE tokens (each token spans at least one byte)."""
+        long_texts = list(dict.fromkeys(text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2))
         if not long_texts:
-            return 0
-        encoded = self.tokenizer(list(long_texts), add_special_tokens=True, truncation=False)["input_ids"]
-        return sum(count for count, tokens in zip(long_texts.values(), encoded) if len(tokens) > self.context_length)
+            return [False] * len(prepared)
+        encoded = self.tokenizer(long_texts, add_special_tokens=True, truncation=False)["input_ids"]
+        cut = {text for text, tokens in zip(long_texts, encoded) if len(tokens) > self.context_length}
+        return [text in cut for text in prepared]
 
 
 def pad_token_ids(ids: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -1,0 +1,111 @@
+"""Checks of scorer options, made before any model work: numbers, device and the model reference.
+
+Each check raises :class:`capeval.InputError` (or, for a model reference, returns the problem so that the loader
+raises its own error type) with a message naming the option and what is wrong with it.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional, Union
+
+from capeval.inputs import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+PRECISION_NAMES = ("bf16", "fp16", "fp32")
+"""Names of the model precisions (the keys of ``capeval.runtime.PRECISIONS``), readable without importing torch."""
+
+CHECKPOINT_SUFFIXES = frozenset({".pth", ".pt", ".bin", ".ckpt", ".tar", ".safetensors"})
+"""File name endings of original (unconverted) checkpoints."""
+
+
+def check_positive_int(value: object, name: str, *, optional: bool = False) -> None:
+    """``value`` must be an integer (not a bool, not a string) of at least 1; ``None`` too when ``optional``."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value}")
+
+
+def check_scorer_options(**options: object) -> None:
+    """Check a scorer's numeric options by name: ``num_workers`` may be ``None``, the others must be given."""
+    for name, value in options.items():
+        check_positive_int(value, name, optional=name == "num_workers")
+
+
+def available_devices() -> List[str]:
+    """Devices torch can use here: ``cpu``, then every CUDA / XPU device and ``mps`` when present."""
+    import torch
+
+    devices = ["cpu"]
+    for kind in ("cuda", "xpu"):
+        backend = getattr(torch, kind, None)
+        if backend is not None and backend.is_available():
+            devices.extend(f"{kind}:{index}" for index in range(backend.device_count()))
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        devices.append("mps")
+    return devices
+
+
+def checked_device(device: Union[str, "torch.device"]) -> "torch.device":
+    """``device`` as a ``torch.device`` that exists here.
+
+    Raises :class:`InputError` for a malformed name, or for a device that is not available, listing those that are.
+    """
+    import torch
+
+    if not isinstance(device, (str, torch.device)):
+        raise InputError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
+    try:
+        target = torch.device(device)
+    except (RuntimeError, ValueError) as error:
+        raise InputError(f"device {str(device)!r} is not a torch device name ({error})") from None
+    if target.type == "cpu":
+        return target
+    available = available_devices()
+    of_type = [name for name in available if name.split(":")[0] == target.type]
+    kind = target.type.upper() if target.type in ("cuda", "xpu", "mps") else target.type
+    if not of_type:
+        raise InputError(f"device {str(device)!r}: no {kind} device is available; available devices: "
+                         f"{', '.join(available)}")
+    if target.index is not None and f"{target.type}:{target.index}" not in of_type and target.type != "mps":
+        raise InputError(f"device {str(device)!r}: there is no {kind} device {target.index}; available devices: "
+                         f"{', '.join(available)}")
+    return target
+
+
+def local_model_problem(model: Union[str, "os.PathLike[str]"], converter: str) -> Optional[str]:
+    """Why ``model`` cannot be a model reference, when it names a local path that is not a model folder.
+
+    A model is a hub id (``namespace/name``) or a folder written by ``converter`` (``conversion/convert_clip.py``). A path object,
+    or a string that looks like a path (absolute, starting with ``.`` or ``~``, with more than one ``/``, or ending
+    in a checkpoint suffix), must name an existing folder; a checkpoint file must be converted first.
+    """
+    text = os.fspath(model)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return None
+    convert = f"convert it first with {converter} and pass the folder it writes"
+    if path.is_file():
+        if path.suffix.lower() in CHECKPOINT_SUFFIXES:
+            return f"model {text!r} is a checkpoint file, not a converted model folder: {convert}"
+        return f"model {text!r} is a file; pass a converted model folder or a hub id"
+    looks_like_path = (
+        not isinstance(model, str)
+        or path.is_absolute()
+        or text.startswith((".", "~"))
+        or "\\" in text
+        or text.count("/") > 1
+        or path.suffix.lower() in CHECKPOINT_SUFFIXES
+    )
+    if not looks_like_path:
+        return None
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES:
+        return f"model {text!r}: no such file; a checkpoint must exist and be converted: {convert}"
+    return f"model {text!r}: no such folder (a local model folder must exist; hub ids have the form namespace/name)"
