@@ -17,6 +17,7 @@ DEFAULT_REVISIONS: Dict[str, str] = {
     "openai/clip-vit-base-patch32": "c7244be81152024ce0e99ac8d2e373a8953d9f9a",
     "capeval/pacs-clip-vit-b-32": "v1.0",
     "capeval/pacs-openclip-vit-l-14": "v1.0",
+    "capeval/vilbert-multi-task": "v1.0",
 }
 """Revision used for a known hub model when none is given; the result signature records it."""
 
