@@ -3,8 +3,9 @@
 
 ``capeval score`` reads the reference repositories' JSON files as they are: candidates ``{"<image id>": "caption"}``
 and references ``{"<image id>": ["ref", ...]}`` (a single string is one reference), where an image id is the file
-stem of an image in ``--images``. It prints the corpus scores as the reference scripts do and can write per-item
-scores keyed by image id, with the result signature, to ``--output``.
+stem of an image in ``--images``, or a key of the region feature file ``--regions`` (region-based metrics). It
+prints the corpus scores as the reference scripts do and can write per-item scores keyed by image id, with the
+result signature, to ``--output``.
 """
 from __future__ import annotations
 
@@ -184,8 +185,9 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
     parser.add_argument("--images", type=Path, help="folder holding <image id>.<jpg|png|...>")
     parser.add_argument("--regions", type=Path,
-                        help="instead of --images, for region-based metrics (tigerscore): precomputed region features "
-                             "keyed by image id, a .npz or a bottom-up-attention .tsv file")
+                        help="instead of --images, for region-based metrics (tigerscore, vilbertscore): precomputed "
+                             "region features keyed by image id, a .npz (as `capeval regions` writes) or a "
+                             "bottom-up-attention .tsv file")
     parser.add_argument("--candidates", required=True, type=Path, help='JSON {"<image id>": "caption", ...}')
     parser.add_argument("--references", type=Path,
                         help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')

@@ -18,6 +18,7 @@ DEFAULT_REVISIONS: Dict[str, str] = {
     "capeval/pacs-clip-vit-b-32": "v1.0",
     "capeval/pacs-openclip-vit-l-14": "v1.0",
     "capeval/tiger-scan-coco": "v1.0",
+    "capeval/vilbert-multi-task": "v1.0",
 }
 """Revision used for a known hub model when none is given; the result signature records it."""
 

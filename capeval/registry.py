@@ -74,6 +74,13 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"tiger_score": "TIGEr"},
                      benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")},
                      region_features=True),
+        MetricFamily("vilbertscore", "capeval.scorers.vilbertscore:ViLBERTScore", references="required",
+                     description="ViLBERTScore P / R / F (Lee et al., 2020) on the 12-in-1 ViLBERT, from detector regions",
+                     result_keys={"vilbert_precision": "P", "vilbert_recall": "R", "vilbert_f1": "F"},
+                     benchmark_metrics={"vilbert_p": BenchmarkMetric("vilbert_precisions", True, "ViLBERTScore-P"),
+                                        "vilbert_r": BenchmarkMetric("vilbert_recalls", True, "ViLBERTScore-R"),
+                                        "vilbert_f": BenchmarkMetric("vilbert_f1s", True, "ViLBERTScore-F")},
+                     region_features=True),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -13,7 +13,8 @@ from PIL import Image
 
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions.configuration import BottomUpConfig, ExtractionSettings
-from capeval.models.regions.extraction import RegionExtractor, extract_to_file, read_region_file
+from capeval.models.regions.extraction import RegionExtractor, extract_to_file
+from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.preprocessing import caffe_scale, cv2_linear_resize
 from conversion.convert_regions import CELL_ANCHORS_KEY, capeval_key, convert_state_dict
@@ -148,7 +149,7 @@ def test_file_is_resumable_and_cache_skips_the_detector(detector: BottomUpDetect
     out = tmp_path / "features.npz"
     assert extract_to_file(extractor, {k: paths[k] for k in ("a", "b")}, out) == 2
     assert extract_to_file(extractor, paths, out) == 1  # a and b are in the file already
-    stored = read_region_file(out)
+    stored = read_region_features(out)
     assert sorted(stored) == ["a", "b", "c"]
     assert stored["c"].features.shape == (4, detector.config.pooled_feature_dim)
     assert stored["c"].image_size == (64.0, 48.0)
@@ -166,7 +167,7 @@ def test_regions_command(detector: BottomUpDetector, tmp_path: Path, capsys: pyt
     out = tmp_path / "features.npz"
     assert main(["regions", "--images", str(images), "--out", str(out), "--model", str(model_dir),
                  "--device", "cpu"]) == 0
-    stored = read_region_file(out)
+    stored = read_region_features(out)
     assert sorted(stored) == ["x", "y"] and stored["x"].features.shape == (36, detector.config.pooled_feature_dim)
     assert "CPU" in capsys.readouterr().err
     (images / "x.png").write_bytes((images / "x.jpg").read_bytes())

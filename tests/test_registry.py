@@ -29,7 +29,7 @@ def test_benchmark_metrics_come_from_the_families() -> None:
 
 
 def test_unknown_family_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known metrics: bridge, clipscore, pacscore, tigerscore"):
+    with pytest.raises(KeyError, match="known metrics: bridge, clipscore, pacscore, tigerscore, vilbertscore"):
         family("tiger")
 
 

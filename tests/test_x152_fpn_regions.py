@@ -15,7 +15,8 @@ from PIL import Image
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions import DETECTORS
 from capeval.models.regions.configuration import VILBERT, X152FpnConfig
-from capeval.models.regions.extraction import RegionExtractor, read_region_file
+from capeval.models.regions.extraction import RegionExtractor
+from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors, pyramid_levels
 from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint
 from regions_checkpoint import X152_DATA, assert_conversion_refuses, converted_detector, \
@@ -156,7 +157,7 @@ def test_registry_and_regions_command(detector: X152FpnDetector, tmp_path: Path,
     out = tmp_path / "features.npz"
     assert main(["regions", "--detector", "x152-fpn", "--images", str(images), "--out", str(out), "--model",
                  str(model_dir), "--device", "cpu"]) == 0
-    stored = read_region_file(out)
+    stored = read_region_features(out)
     assert sorted(stored) == ["x", "y"] and stored["x"].features.shape == (100, detector.config.pooled_feature_dim)
     with np.load(out) as data:
         assert int(data["x"]["num_boxes"]) == 100 and tuple(data["x"]["image_size"]) == (40.0, 32.0)

@@ -86,8 +86,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
     parser.add_argument("--images", type=Path, help="folder holding the benchmark's images (embedding metrics)")
     parser.add_argument("--regions", type=Path,
-                        help="precomputed region features keyed by image id (.npz, or a bottom-up-attention .tsv) "
-                             "for region-based metrics (tiger), which then need no images")
+                        help="precomputed region features keyed by image id (.npz as `capeval regions` writes, or a "
+                             "bottom-up-attention .tsv) for the region-based metrics (tiger, vilbert_p, vilbert_r, "
+                             "vilbert_f), which then need no images")
     parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
@@ -115,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
     model, models = split_models(args.model)
     benchmark = load_benchmark(args.dataset, args.data_root, source=args.source)
     metrics = builtin_metrics(args.metric, model=model, models=models, device=args.device,
-                              batch_size=args.batch_size, progress=True,
-                              regions=args.regions)
+                              batch_size=args.batch_size, progress=True, regions=args.regions)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "
                                                         f"({len(benchmark.items)} items)", file=sys.stderr),

@@ -23,12 +23,11 @@ from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
 from capeval.inputs import InputError
-from capeval.models.regions.files import read_region_features
+from capeval.models.regions.lookup import RegionLookup
 from capeval.options import check_positive_int
 from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
 
 if TYPE_CHECKING:
-    from capeval.models.regions.features import RegionFeatures
     from capeval.scorers.base import Scorer
 
 ModelRef = Union[str, "os.PathLike[str]"]
@@ -86,25 +85,24 @@ def assign_models(
 
 
 class RegionFeatureMetric(ScorerMetric):
-    """A region-based scorer's result (TIGEr) read from precomputed region features keyed by image id, so that the
-    benchmark's images are not needed: each item's image name (or file name, or stem) finds its features."""
+    """A region-based scorer's result (TIGEr, ViLBERTScore) read from precomputed region features keyed by image id,
+    so that the benchmark's images are not needed: each item's image name (or file name, or stem) finds its
+    features."""
 
     needs_images = False
 
-    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool,
-                 regions: Mapping[str, "RegionFeatures"], source: str) -> None:
+    def __init__(self, scorer: Scorer, result_key: str, uses_references: bool, regions: RegionLookup) -> None:
         super().__init__(scorer, result_key, uses_references)
         self.regions = regions
-        self.source = source
-
-    def _lookup(self, image: str) -> "RegionFeatures":
-        for key in (image, Path(image).name, Path(image).stem):
-            if key in self.regions:
-                return self.regions[key]
-        raise InputError(f"{self.source} has no region features for image {image!r}")
 
     def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
-        return super().__call__([self._lookup(image) for image in images], candidates, references)  # type: ignore[arg-type]
+        regions = []
+        for index, image in enumerate(images):
+            try:
+                regions.append(self.regions(image))
+            except InputError as error:
+                raise InputError(f"images[{index}]: {error}") from None
+        return super().__call__(regions, candidates, references)  # type: ignore[arg-type]
 
 
 def builtin_metrics(
@@ -122,9 +120,9 @@ def builtin_metrics(
     The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) with the same model share one scorer
     (``clip_s``/``ref_clip_s`` one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``), so each
     encodes every image and text once. ``models`` (metric name -> folder or hub id) and ``model`` choose the models,
-    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz`` keyed
-    by image id or a bottom-up ``.tsv``) gives region-based metrics (``tiger``) their precomputed region features
-    instead of the images.
+    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz``
+    keyed by image id, as ``capeval regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics
+    (``tiger``, ``vilbert_*``) their precomputed region features instead of the images.
     """
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
@@ -135,7 +133,7 @@ def builtin_metrics(
     chosen = assign_models(names, model, models)
     scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
-    region_table: Optional[Dict[str, "RegionFeatures"]] = None
+    region_lookup: Optional[RegionLookup] = None
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
@@ -146,10 +144,10 @@ def builtin_metrics(
             scorers[key] = scorer_class(family)(model=chosen[name], device=device, batch_size=batch_size,
                                                 progress=progress)
         if regions is not None and FAMILIES[family].region_features:
-            if region_table is None:
-                region_table = read_region_features(regions)
+            if region_lookup is None:
+                region_lookup = RegionLookup.from_file(regions)
             metrics[name] = RegionFeatureMetric(scorers[key], metric.result_key, metric.uses_references,
-                                                region_table, str(regions))
+                                                region_lookup)
         else:
             metrics[name] = ScorerMetric(scorers[key], metric.result_key, metric.uses_references)
     return metrics

@@ -10,7 +10,7 @@ The ``.npz`` file holds one key per image id; its value is a 0-d structured arra
 float32, ``boxes`` (K, 4) float32 in original pixels, ``image_size`` (width, height), ``scores``, ``object_ids``,
 ``object_scores``, ``attribute_ids``, ``attribute_scores``, ``num_boxes`` (regions with a non-zero selection score,
 the ``num_boxes`` of vilbert-multi-task's feature files) and ``content_hash``. Read it with
-:func:`read_region_file` (``numpy.load`` works too, without pickle).
+:func:`capeval.models.regions.files.read_region_features` (``numpy.load`` works too, without pickle).
 """
 from __future__ import annotations
 
@@ -157,13 +157,6 @@ def _record(detections: Detections, content_hash: str) -> np.ndarray:
     record["num_boxes"] = int(np.count_nonzero(detections.scores > 0))
     record["content_hash"] = content_hash.encode()
     return record
-
-
-def read_region_file(path: Union[str, Path]) -> Dict[str, RegionFeatures]:
-    """``{image id: RegionFeatures}`` from a file written by :func:`extract_to_file`."""
-    with np.load(path, allow_pickle=False) as data:
-        return {key: RegionFeatures(data[key]["features"], data[key]["boxes"], tuple(data[key]["image_size"]))
-                for key in data.files}
 
 
 def _stored_ids(path: Path) -> set:

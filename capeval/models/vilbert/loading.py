@@ -1,0 +1,71 @@
+"""Loading a converted ViLBERT: ``config.json`` (:class:`VilbertConfig`), ``model.safetensors`` (trunk weights named
+as in the original checkpoint without ``bert.``) and ``vocab.txt`` (bert-base-uncased WordPiece), as
+``conversion/convert_vilbert.py`` writes them, from a local folder or the hub; once per process per setting."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+
+import torch
+from safetensors.torch import load_file
+
+from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.models.vilbert.configuration import VilbertConfig
+from capeval.models.vilbert.modeling import VilbertModel
+from capeval.models.vilbert.tokenization import VilbertTokenizer
+from capeval.runtime import precision_dtype
+
+CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE = "config.json", "model.safetensors", "vocab.txt"
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE)
+CONVERTER = "conversion/convert_vilbert.py"
+
+
+@dataclass(frozen=True)
+class LoadedVilbert:
+    """A ViLBERT trunk in eval mode, the tokenizer of its vocabulary, and where it came from."""
+
+    model: VilbertModel
+    tokenizer: VilbertTokenizer
+    name: str
+    revision: Optional[str]
+    folder: Path
+    _fingerprint: Dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of the weights, config and vocabulary."""
+        if "value" not in self._fingerprint:
+            self._fingerprint["value"] = folder_fingerprint(self.folder)
+        return self._fingerprint["value"]
+
+
+def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: torch.dtype,
+                        name: Optional[str] = None, revision: Optional[str] = None) -> LoadedVilbert:
+    """The model of a converted folder; every weight must be present and every stored weight used (strict)."""
+    folder = Path(folder)
+    missing = [file for file in MODEL_FILES if not (folder / file).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a converted ViLBERT folder: missing {missing} (see {CONVERTER})")
+    model = VilbertModel(VilbertConfig.load(folder / CONFIG_FILE))
+    model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)), strict=True)
+    return LoadedVilbert(model.to(device=device, dtype=dtype).eval(), VilbertTokenizer(folder / VOCAB_FILE),
+                         name if name is not None else str(folder), revision, folder)
+
+
+_CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], LoadedVilbert] = {}
+_LOCK = threading.Lock()
+
+
+def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedVilbert:
+    """A hub id (at ``revision``, else capeval's pinned one) or local folder, loaded once per process per
+    (model, revision, device, precision)."""
+    revision = pinned_revision(model, revision)
+    dtype = precision_dtype(precision)
+    key = (str(model), revision, str(device), dtype)
+    with _LOCK:
+        if key not in _CACHE:
+            folder = resolve_model_folder(model, revision, MODEL_FILES, CONVERTER)
+            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), revision)
+        return _CACHE[key]

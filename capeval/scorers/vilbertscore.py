@@ -1,0 +1,226 @@
+"""ViLBERTScore (Lee et al., 2020): region features + captions -> ViLBERT text states -> greedy token matching
+(:mod:`capeval.functional.vilbertscore`).
+
+The reference runs one forward pass per text over the item's image: the candidate once, then each reference. Here
+every distinct (image, text) of a chunk is encoded once, texts of any images batched together, each image's region
+inputs prepared once; the states of an image are matched and released as soon as all its texts are encoded.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from capeval.functional import vilbertscore as functional
+from capeval.inputs import (InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items,
+                            validate_image)
+from capeval.models.regions.detectors import DETECTORS
+from capeval.models.regions.extraction import RegionExtractor
+from capeval.models.regions.features import RegionFeatures
+from capeval.models.vilbert.loading import LoadedVilbert, load_vilbert
+from capeval.models.vilbert.preprocessing import region_inputs
+from capeval.models.vilbert.tokenization import MAX_LENGTH
+from capeval.options import check_scorer_options
+from capeval.runtime import DeviceLike
+from capeval.scorers.base import Scorer
+
+PathLike = Union[str, "os.PathLike[str]"]
+RegionSource = Union[RegionExtractor, Callable[[Any], RegionFeatures], None]
+
+TASK_RETRIEVAL_COCO = 7
+"""The task token the reference uses with the 12-in-1 model (``--task 7``, RetrievalCOCO)."""
+NUM_REGIONS = 100
+"""Detector boxes per image in the reference (the global mean region is added on top)."""
+
+
+@dataclass(frozen=True)
+class ViLBERTScoreSpec:
+    """Main result name, display name, the reference's accelerator precision and the default model."""
+
+    name: str
+    label: str
+    accelerator_precision: str
+    default_model: str
+
+
+VILBERTSCORE = ViLBERTScoreSpec("vilbert_f1", "ViLBERTScore", "fp32", "capeval/vilbert-multi-task")
+RESULT_NAMES = ("vilbert_precision", "vilbert_recall", "vilbert_f1")
+
+
+class ViLBERTScore(Scorer):
+    """ViLBERTScore P, R and F per item (means over the item's references) and their corpus means.
+
+    Args:
+        model: hub id or local folder of a converted ViLBERT (``conversion/convert_vilbert.py``).
+        revision: hub revision; capeval's pinned default for known models when ``None``.
+        device: torch device; Accelerate's ``PartialState().device`` when ``None``.
+        batch_size: texts per forward pass.
+        precision: ``"auto"`` (fp32, as the reference on CPU and GPU), ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        task_id: task token id for models with task tokens (7, RetrievalCOCO, as the reference).
+        layer: which co-attention block's text output to match (-1, the last, as the reference).
+        num_regions: detector regions each image must have (100, as the reference).
+        regions: where the regions of image entries (not :class:`RegionFeatures`) come from: a
+            :class:`~capeval.models.regions.extraction.RegionExtractor`, or a function from an image to
+            :class:`RegionFeatures`; by default ViLBERT's detector (``capeval/vilbert-detector-x152-fpn``, 100 boxes
+            as the reference's feature files), loaded when an image entry first needs it.
+        chunk_size: items validated and scored at a time.
+        progress: show a progress bar of the texts encoded.
+    """
+
+    spec: ClassVar[ViLBERTScoreSpec] = VILBERTSCORE
+    references_required = True
+
+    def __init__(
+        self,
+        model: Optional[PathLike] = None,
+        revision: Optional[str] = None,
+        device: DeviceLike = None,
+        batch_size: int = 64,
+        precision: str = "auto",
+        *,
+        task_id: int = TASK_RETRIEVAL_COCO,
+        layer: int = -1,
+        num_regions: int = NUM_REGIONS,
+        regions: RegionSource = None,
+        chunk_size: int = 1024,
+        progress: bool = False,
+    ) -> None:
+        check_scorer_options(batch_size=batch_size, num_regions=num_regions)
+        super().__init__(device, precision, chunk_size=chunk_size)
+        self.vilbert: LoadedVilbert = load_vilbert(model if model is not None else self.spec.default_model, revision,
+                                                   self.device, self.precision)
+        config = self.vilbert.model.config
+        if not -len(config.t_biattention_id) <= layer < len(config.t_biattention_id):
+            raise ValueError(f"layer must index one of the {len(config.t_biattention_id)} co-attention blocks")
+        self.batch_size = batch_size
+        self.task_id = task_id if config.task_specific_tokens else None
+        self.layer = layer
+        self.num_regions = num_regions
+        self.regions = regions
+        self.progress = progress
+        self._undefined_f1 = 0
+
+    def signature_fields(self) -> Sequence[Tuple[str, object]]:
+        vilbert = self.vilbert
+        revision = vilbert.revision if vilbert.revision is not None else f"local-{vilbert.fingerprint[:12]}"
+        return [("model", vilbert.name), ("revision", revision), ("task", self.task_id), ("layer", self.layer),
+                ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"), ("refs", "mean")]
+
+    def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
+        return TruncationWarning(positions, MAX_LENGTH, rule="cutting the tail, [SEP] included")
+
+    def score(self, images: Iterable[Any], candidates: Iterable[str],
+              references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
+        self._undefined_f1 = 0
+        result = super().score(images, candidates, references)
+        if self._undefined_f1:
+            warnings.warn(f"{self._undefined_f1} (candidate, reference) pairs have P + R = 0; their F is 0 "
+                          "(the reference implementation gives NaN)", stacklevel=2)
+        return result
+
+    def _region_entry(self, entry: Any, index: int) -> RegionFeatures:
+        if not isinstance(entry, RegionFeatures):
+            entry = self._regions_of_image(entry, index)
+        return entry.validated(index, feature_dim=self.vilbert.model.config.v_feature_size,
+                               num_regions=self.num_regions, needs_boxes=True)
+
+    def _regions_of_image(self, entry: Any, index: int) -> RegionFeatures:
+        """Regions of an image entry: from ``regions=``, else from ViLBERT's detector (``x152-fpn``, loaded when an
+        image first needs it, so that precomputed regions never load it)."""
+        if self.regions is None:
+            detector = DETECTORS["x152-fpn"]
+            self.regions = RegionExtractor(detector.load(device=self.device), detector.settings)
+        if isinstance(self.regions, RegionExtractor):
+            found = self.regions.detections([validate_image(entry, index)])[0]
+            return RegionFeatures(found.features, found.boxes, found.image_size)
+        try:
+            regions = self.regions(entry)
+        except InputError as error:
+            raise InputError(f"images[{index}]: {error}") from None
+        if not isinstance(regions, RegionFeatures):
+            raise InputError(f"images[{index}]: the regions= extractor returned a {type(regions).__name__}, "
+                             "not RegionFeatures")
+        return regions
+
+    def _chunks(self, images: Iterable[Any], candidates: Iterable[str],
+                references: Optional[Iterable[Sequence[str]]]) -> Iterator[ScoringItems]:
+        return iter_scoring_items(images, candidates, references, self.chunk_size,
+                                  validate_image_entry=self._region_entry)
+
+    def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
+        assert chunk.references is not None  # references_required
+        keys = [regions.content_key() for regions in chunk.images]
+        image_of_key = {key: regions for key, regions in zip(keys, chunk.images)}
+        texts_of_key: Dict[str, Dict[str, None]] = {}
+        for key, candidate, refs in zip(keys, chunk.candidates, chunk.references):
+            texts = texts_of_key.setdefault(key, {})
+            texts.update(dict.fromkeys((candidate, *refs)))
+        rows = [(key, text) for key, texts in texts_of_key.items() for text in texts]
+        distinct_texts = list(dict.fromkeys(text for _, text in rows))
+        input_ids, attention_mask, truncated = self.vilbert.tokenizer.encode(distinct_texts)
+        text_row = {text: row for row, text in enumerate(distinct_texts)}
+        texts_in_order = [*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]
+        self._record_truncated([position for position, text in zip(chunk.text_positions(), texts_in_order)
+                                if truncated[text_row[text]]])
+
+        items_of_key: Dict[str, List[int]] = {}
+        for item, key in enumerate(keys):
+            items_of_key.setdefault(key, []).append(item)
+        results = np.zeros((3, len(chunk)), dtype=np.float32)
+        pending = Counter(key for key, _ in rows)
+        states_of_key: Dict[str, Dict[str, np.ndarray]] = {}
+        prepared: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
+        bar = tqdm(total=len(rows), desc="encoding texts", unit="text", leave=False, disable=not self.progress)
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start:start + self.batch_size]
+            for key, _ in batch:
+                if key not in prepared:
+                    prepared[key] = tuple(t.to(self.device) for t in region_inputs(image_of_key[key]))
+            states = self._encode(batch, prepared, input_ids, attention_mask, text_row)
+            for (key, text), state in zip(batch, states):
+                states_of_key.setdefault(key, {})[text] = state
+                pending[key] -= 1
+                if pending[key] == 0:
+                    self._match(chunk, items_of_key[key], states_of_key.pop(key), attention_mask, text_row, results)
+                    del prepared[key]
+            bar.update(len(batch))
+        bar.close()
+        return dict(zip(RESULT_NAMES, results))
+
+    @torch.inference_mode()
+    def _encode(self, batch: List[Tuple[str, str]], prepared: Dict[str, Tuple[torch.Tensor, torch.Tensor]],
+                input_ids: np.ndarray, attention_mask: np.ndarray, text_row: Dict[str, int]) -> np.ndarray:
+        """Text states (B, E, H) float32 of one batch of (image key, text) rows at the chosen co-attention block."""
+        rows = [text_row[text] for _, text in batch]
+        features = torch.stack([prepared[key][0] for key, _ in batch])
+        locations = torch.stack([prepared[key][1] for key, _ in batch])
+        task_ids = (torch.full((len(batch), 1), self.task_id, device=self.device)
+                    if self.task_id is not None else None)
+        states = self.vilbert.model(torch.from_numpy(input_ids[rows]).to(self.device),
+                                    torch.from_numpy(attention_mask[rows]).to(self.device),
+                                    features, locations, task_ids=task_ids)[self.layer]
+        return states.float().cpu().numpy()
+
+    def _match(self, chunk: ScoringItems, items: List[int], states: Dict[str, np.ndarray], attention_mask: np.ndarray,
+               text_row: Dict[str, int], results: np.ndarray) -> None:
+        """P, R, F of ``items`` (all on one image) into ``results``; pairs are matched in one batch."""
+        has_task = self.task_id is not None
+        candidates, references, counts = [], [], []
+        for item in items:
+            refs = chunk.references[item]
+            candidates.extend([chunk.candidates[item]] * len(refs))
+            references.extend(refs)
+            counts.append(len(refs))
+        weights = functional.window_weights(attention_mask, has_task)
+        precision, recall, f1 = functional.greedy_match(
+            np.stack([states[text] for text in candidates]), np.stack([states[text] for text in references]),
+            weights[[text_row[text] for text in candidates]], weights[[text_row[text] for text in references]])
+        self._undefined_f1 += int(np.count_nonzero(precision + recall == 0))
+        for row, values in enumerate((precision, recall, f1)):
+            results[row, items] = functional.average_over_references(values, counts)

@@ -1,0 +1,205 @@
+"""capeval.ViLBERTScore end to end on the tiny converted ViLBERT: the original's goldens, reference counts, batching,
+the regions hook and bad input (tests/data/vilbert/NOTE.md)."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import capeval
+from capeval import InputError, RegionFeatures
+from conversion.convert_vilbert import convert
+
+DATA = Path(__file__).resolve().parent / "data" / "vilbert"
+RESULT_KEYS = ["signature", "vilbert_f1", "vilbert_f1s", "vilbert_precision", "vilbert_precisions", "vilbert_recall",
+               "vilbert_recalls"]
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    scratch = tmp_path_factory.mktemp("vilbert_scorer")
+    with gzip.open(DATA / "multi_task_model.bin.gz", "rb") as source, open(scratch / "model.bin", "wb") as target:
+        shutil.copyfileobj(source, target)
+    convert(scratch / "model.bin", DATA / "config.json", DATA / "vocab.txt", scratch / "converted")
+    return scratch / "converted"
+
+
+@pytest.fixture(scope="module")
+def goldens() -> Dict[str, np.ndarray]:
+    return dict(np.load(DATA / "goldens.npz"))
+
+
+@pytest.fixture(scope="module")
+def items() -> List[dict]:
+    return json.loads((DATA / "captions.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def regions() -> List[RegionFeatures]:
+    stored = np.load(DATA / "regions.npz")
+    return [RegionFeatures(stored["features"][i], stored["boxes"][i], tuple(stored["image_size"][i]))
+            for i in range(len(stored["features"]))]
+
+
+@pytest.fixture(scope="module")
+def scorer(model_folder: Path) -> "capeval.ViLBERTScore":
+    return capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4, num_regions=100)
+
+
+def test_scores_match_the_original(scorer, items, regions, goldens):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = scorer.score(regions, [item["candidate"] for item in items], [item["references"] for item in items])
+    assert sorted(result) == RESULT_KEYS
+    for row, name in enumerate(("vilbert_precision", "vilbert_recall", "vilbert_f1")):
+        np.testing.assert_allclose(result[name + "s"], goldens["averaged"][row], rtol=0, atol=1e-6, err_msg=name)
+        assert result[name] == pytest.approx(float(np.mean(goldens["averaged"][row])), abs=1e-6)
+    # the long caption (as candidate and as a reference) and the 36-wordpiece reference are cut
+    assert [w.message.positions for w in caught] == [((5, None), (5, 1), (6, 0))]
+    assert "exceed the model's 37-token context and were truncated, cutting the tail, [SEP] included" in str(
+        caught[0].message)
+    assert result["signature"].startswith("vilbert_f1|model:") and "|task:7|layer:-1|max_len:37|" in result["signature"]
+
+
+def test_any_number_of_references_is_averaged(scorer, items, regions, goldens):
+    one = scorer.score([regions[2]], [items[2]["candidate"]], [items[2]["references"][:1]])
+    assert one["vilbert_precisions"][0] == pytest.approx(goldens["precision"][2][0], abs=1e-6)
+    assert one["vilbert_f1s"][0] == pytest.approx(goldens["f1"][2][0], abs=1e-6)
+    three = scorer.score([regions[8]], [items[8]["candidate"]], [items[8]["references"][2:]])
+    assert three["vilbert_recalls"][0] == pytest.approx(float(np.mean(goldens["recall"][8][2:])), abs=1e-6)
+
+
+def test_batch_size_does_not_change_scores(model_folder, items, regions, scorer):
+    inputs = (regions[:4], [item["candidate"] for item in items[:4]], [item["references"] for item in items[:4]])
+    large = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=64).score(*inputs)
+    np.testing.assert_allclose(large["vilbert_f1s"], scorer.score(*inputs)["vilbert_f1s"], rtol=0, atol=1e-6)
+
+
+def test_images_go_through_the_detector_loaded_on_first_need(model_folder, regions, monkeypatch, tmp_path):
+    from capeval.models.regions.detectors import DETECTORS
+
+    loads = []
+
+    def load(model=None, revision=None, device=None):
+        loads.append(model)
+        raise capeval.ModelNotAvailableError("no detector here")
+
+    monkeypatch.setattr(type(DETECTORS["x152-fpn"]), "load", lambda self, *args, **kwargs: load(*args, **kwargs))
+    scorer = capeval.ViLBERTScore(model=str(model_folder), device="cpu")
+    scorer.score([regions[0], regions[1]], ["a dog", "a cat"], [["a dog"], ["a cat"]])
+    assert loads == []  # precomputed regions never load the detector
+    image = tmp_path / "photo.png"
+    Image.new("RGB", (32, 24)).save(image)
+    with pytest.raises(capeval.ModelNotAvailableError, match="no detector here"):
+        scorer.score([regions[0], image], ["a dog", "a cat"], [["a dog"], ["a cat"]])
+    assert loads == [None]  # the default detector, asked for once an image needs it
+
+
+def test_images_use_the_regions_hook(model_folder, regions):
+    calls = []
+
+    def extractor(image):
+        calls.append(image)
+        return regions[0]
+
+    hooked = capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions=extractor)
+    result = hooked.score(["photo.jpg", regions[0]], ["a dog", "a dog"], [["a cat"], ["a cat"]])
+    assert calls == ["photo.jpg"]  # RegionFeatures entries never reach the extractor
+    assert result["vilbert_f1s"][0] == result["vilbert_f1s"][1]
+
+
+def test_bad_input_names_the_item(scorer, regions):
+    good = regions[0]
+    cases = [
+        (RegionFeatures(good.features[:, :15], good.boxes, good.image_size), r"images\[0\]\.features has 15 columns"),
+        (RegionFeatures(good.features[:50], good.boxes[:50], good.image_size), r"images\[0\]\.features has 50 regions"),
+        (RegionFeatures(good.features, good.boxes + 1000, good.image_size), r"images\[0\]\.boxes\[0\].*outside"),
+        (RegionFeatures(good.features), r"images\[0\]: this metric needs the region boxes and the image size"),
+    ]
+    for entry, message in cases:
+        with pytest.raises(InputError, match=message):
+            scorer.score([entry], ["a dog"], [["a dog"]])
+    with pytest.raises(InputError, match="needs references"):
+        scorer.score([good], ["a dog"])
+    with pytest.raises(InputError, match=r"references\[0\] is empty"):
+        scorer.score([good], ["a dog"], [[]])
+    with pytest.raises(InputError, match=r"candidates\[0\] is empty"):
+        scorer.score([good], ["  "], [["a dog"]])
+    with pytest.raises(InputError, match=r"references\[0\]\[1\] is empty"):
+        scorer.score([good], ["a dog"], [["a dog", ""]])
+
+
+def write_region_file(path: Path, table: Dict[str, RegionFeatures]) -> None:
+    """An .npz keyed by image id, each entry a 0-d record with features, boxes and image_size."""
+    records = {}
+    for key, entry in table.items():
+        record = np.zeros((), dtype=[("features", np.float32, entry.features.shape),
+                                     ("boxes", np.float32, entry.boxes.shape), ("image_size", np.float64, (2,))])
+        record["features"], record["boxes"], record["image_size"] = entry.features, entry.boxes, entry.image_size
+        records[key] = record
+    np.savez(path, **records)
+
+
+def test_command_line_reads_a_region_file(model_folder, items, regions, scorer, tmp_path):
+    from capeval.cli import main
+
+    keys = ["img2", "img3", "img8"]
+    chosen = {"img2": 2, "img3": 3, "img8": 8}
+    write_region_file(tmp_path / "regions.npz", {key: regions[index] for key, index in chosen.items()})
+    (tmp_path / "candidates.json").write_text(json.dumps({key: items[i]["candidate"] for key, i in chosen.items()}))
+    (tmp_path / "references.json").write_text(json.dumps({key: items[i]["references"] for key, i in chosen.items()}))
+    assert main(["score", "--metric", "vilbertscore", "--regions", str(tmp_path / "regions.npz"),
+                 "--candidates", str(tmp_path / "candidates.json"), "--references", str(tmp_path / "references.json"),
+                 "--model", str(model_folder), "--device", "cpu", "--output", str(tmp_path / "scores.json")]) == 0
+    written = json.loads((tmp_path / "scores.json").read_text())
+    expected = scorer.score([regions[chosen[key]] for key in keys], [items[chosen[key]]["candidate"] for key in keys],
+                            [items[chosen[key]]["references"] for key in keys])
+    assert [written["scores"][key]["vilbert_f1"] for key in keys] == pytest.approx(expected["vilbert_f1s"], abs=1e-7)
+
+
+def test_benchmark_metrics_read_regions_by_image_name(model_folder, items, regions, scorer, tmp_path):
+    from capeval.benchmarks.runner import builtin_metrics
+
+    write_region_file(tmp_path / "regions.npz", {"1000.jpg": regions[4], "2000": regions[9]})
+    metrics = builtin_metrics(["vilbert_p", "vilbert_f"], model=str(model_folder), device="cpu",
+                              regions=tmp_path / "regions.npz")
+    assert not metrics["vilbert_f"].needs_images and metrics["vilbert_p"].scorer is metrics["vilbert_f"].scorer
+    candidates = [items[4]["candidate"], items[9]["candidate"]]
+    references = [items[4]["references"], items[9]["references"]]
+    expected = scorer.score([regions[4], regions[9]], candidates, references)
+    assert metrics["vilbert_f"](["1000.jpg", "2000.jpg"], candidates, references) == pytest.approx(
+        expected["vilbert_f1s"], abs=1e-7)
+    with pytest.raises(InputError, match=r"images\[1\]: no regions for image '3000.jpg'"):
+        metrics["vilbert_p"](["1000.jpg", "3000.jpg"], candidates, references)
+
+
+def test_evaluate_module_and_space_equal_the_scorer(model_folder, items, regions, scorer, tmp_path):
+    import importlib.util
+
+    import evaluate
+
+    metrics_dir = Path(__file__).resolve().parent.parent / "metrics" / "vilbertscore"
+    module = evaluate.load(str(metrics_dir))
+    candidates = [items[0]["candidate"], items[7]["candidate"]]
+    references = [items[0]["references"], items[7]["references"]]
+    result = module.compute(predictions=candidates, references=references, images=[regions[0], regions[7]],
+                            model=str(model_folder), device="cpu")
+    expected = scorer.score([regions[0], regions[7]], candidates, references)
+    assert result["vilbert_f1s"] == pytest.approx(expected["vilbert_f1s"], abs=1e-7)
+    assert sorted(result) == RESULT_KEYS
+
+    spec = importlib.util.spec_from_file_location("vilbertscore_space_app", metrics_dir / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    np.savez(tmp_path / "one.npz", features=regions[7].features, boxes=regions[7].boxes,
+             image_size=np.array(regions[7].image_size))
+    single = app.score_caption(str(tmp_path / "one.npz"), candidates[1], "\n".join(references[1]) + "\n\n",
+                               model=str(model_folder))
+    assert single["vilbert_f1"] == pytest.approx(expected["vilbert_f1s"][1], abs=1e-7)
