@@ -1,9 +1,6 @@
 """ViLBERT port and ViLBERTScore matching against goldens of the original code (tests/data/vilbert/NOTE.md)."""
 from __future__ import annotations
 
-import gzip
-import json
-import shutil
 from pathlib import Path
 from typing import Dict, List
 
@@ -15,42 +12,35 @@ from capeval.functional.vilbertscore import average_over_references, greedy_matc
 from capeval.models.regions import RegionFeatures
 from capeval.models.vilbert import LoadedVilbert, VilbertConfig, load_vilbert_folder, region_inputs
 from conversion.convert_vilbert import CheckpointError, convert
+from vilbert_fixtures import DATA, convert_checkpoint, load_goldens, load_items, load_regions, unpack_checkpoint
 
-DATA = Path(__file__).resolve().parent / "data" / "vilbert"
 TASK_RETRIEVAL_COCO = 7
 STATE_ITEMS = (4, 5, 6)  # items whose token states the goldens hold
 
 
 @pytest.fixture(scope="module")
 def goldens() -> Dict[str, np.ndarray]:
-    return dict(np.load(DATA / "goldens.npz"))
+    return load_goldens()
 
 
 @pytest.fixture(scope="module")
 def items() -> List[dict]:
-    return json.loads((DATA / "captions.json").read_text(encoding="utf-8"))
+    return load_items()
 
 
 @pytest.fixture(scope="module")
 def regions() -> List[RegionFeatures]:
-    stored = np.load(DATA / "regions.npz")
-    return [RegionFeatures(stored["features"][i], stored["boxes"][i], tuple(stored["image_size"][i]))
-            .validated(i, needs_boxes=True) for i in range(len(stored["features"]))]
+    return [region.validated(i, needs_boxes=True) for i, region in enumerate(load_regions())]
 
 
 @pytest.fixture(scope="module")
 def multi_task_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("vilbert_original") / "multi_task_model.bin"
-    with gzip.open(DATA / "multi_task_model.bin.gz", "rb") as source, open(path, "wb") as target:
-        shutil.copyfileobj(source, target)
-    return path
+    return unpack_checkpoint(tmp_path_factory.mktemp("vilbert_original"))
 
 
 @pytest.fixture(scope="module")
 def converted(multi_task_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("vilbert_converted")
-    convert(multi_task_checkpoint, DATA / "config.json", DATA / "vocab.txt", out)
-    return out
+    return convert_checkpoint(multi_task_checkpoint, tmp_path_factory.mktemp("vilbert_converted"))
 
 
 @pytest.fixture(scope="module")

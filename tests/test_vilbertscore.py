@@ -2,9 +2,7 @@
 the regions hook and bad input (tests/data/vilbert/NOTE.md)."""
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Dict, List
@@ -15,9 +13,8 @@ from PIL import Image
 
 import capeval
 from capeval import InputError, RegionFeatures
-from conversion.convert_vilbert import convert
+from vilbert_fixtures import convert_checkpoint, load_goldens, load_items, load_regions, unpack_checkpoint
 
-DATA = Path(__file__).resolve().parent / "data" / "vilbert"
 RESULT_KEYS = ["signature", "vilbert_f1", "vilbert_f1s", "vilbert_precision", "vilbert_precisions", "vilbert_recall",
                "vilbert_recalls"]
 
@@ -25,27 +22,22 @@ RESULT_KEYS = ["signature", "vilbert_f1", "vilbert_f1s", "vilbert_precision", "v
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scratch = tmp_path_factory.mktemp("vilbert_scorer")
-    with gzip.open(DATA / "multi_task_model.bin.gz", "rb") as source, open(scratch / "model.bin", "wb") as target:
-        shutil.copyfileobj(source, target)
-    convert(scratch / "model.bin", DATA / "config.json", DATA / "vocab.txt", scratch / "converted")
-    return scratch / "converted"
+    return convert_checkpoint(unpack_checkpoint(scratch), scratch / "converted")
 
 
 @pytest.fixture(scope="module")
 def goldens() -> Dict[str, np.ndarray]:
-    return dict(np.load(DATA / "goldens.npz"))
+    return load_goldens()
 
 
 @pytest.fixture(scope="module")
 def items() -> List[dict]:
-    return json.loads((DATA / "captions.json").read_text(encoding="utf-8"))
+    return load_items()
 
 
 @pytest.fixture(scope="module")
 def regions() -> List[RegionFeatures]:
-    stored = np.load(DATA / "regions.npz")
-    return [RegionFeatures(stored["features"][i], stored["boxes"][i], tuple(stored["image_size"][i]))
-            for i in range(len(stored["features"]))]
+    return load_regions()
 
 
 @pytest.fixture(scope="module")

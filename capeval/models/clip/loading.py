@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -37,14 +38,11 @@ class Backbone:
     folder: Path
     device: torch.device
     dtype: torch.dtype
-    _fingerprint: Dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Content hash of the weights, config and tokenizer files (identifies the model in on-disk caches)."""
-        if "value" not in self._fingerprint:
-            self._fingerprint["value"] = folder_fingerprint(self.folder)
-        return self._fingerprint["value"]
+        return folder_fingerprint(self.folder)
 
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
@@ -33,18 +34,15 @@ class LoadedScan:
     revision: Optional[str]
     folder: Path
     device: torch.device
-    _fingerprint: Dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def config(self) -> ScanConfig:
         return self.model.config
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Content hash of the model folder (keys the on-disk caches)."""
-        if "value" not in self._fingerprint:
-            self._fingerprint["value"] = folder_fingerprint(self.folder)
-        return self._fingerprint["value"]
+        return folder_fingerprint(self.folder)
 
 
 def load_scan_model(folder: Union[str, Path], device: Union[str, torch.device] = "cpu") -> ScanModel:

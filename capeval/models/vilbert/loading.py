@@ -4,7 +4,8 @@ as in the original checkpoint without ``bert.``) and ``vocab.txt`` (bert-base-un
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
@@ -31,14 +32,11 @@ class LoadedVilbert:
     name: str
     revision: Optional[str]
     folder: Path
-    _fingerprint: Dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Content hash of the weights, config and vocabulary."""
-        if "value" not in self._fingerprint:
-            self._fingerprint["value"] = folder_fingerprint(self.folder)
-        return self._fingerprint["value"]
+        return folder_fingerprint(self.folder)
 
 
 def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: torch.dtype,
