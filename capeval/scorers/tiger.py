@@ -23,6 +23,7 @@ from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
+from capeval.options import check_scorer_options
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -181,12 +182,11 @@ class TIGErScore(Scorer):
         chunk_size: int = 1024,
         progress: bool = False,
     ) -> None:
+        check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size)
         super().__init__(device, precision, chunk_size=chunk_size)
         if self.precision != "fp32":
             raise ValueError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
                              f"{self.precision!r}")
-        if batch_size < 1 or text_batch_size < 1:
-            raise ValueError("batch sizes must be positive")
         self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
         self._region_source = regions
         self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
