@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import os
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -772,10 +773,17 @@ def _coco_references(path: Path) -> Dict[str, List[str]]:
     return references
 
 
-def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[RatedItem], int, int]:
-    """Items of the AMT correctness files, the number of candidates removed from their references, rows skipped."""
+def _composite_amt_items(
+    root: Path, subsets: Sequence[str], drop_first_reference: bool
+) -> Tuple[List[RatedItem], int, int]:
+    """Items of the AMT correctness files, the number of references removed, rows skipped.
+
+    By default a candidate loses the references equal to it. With ``drop_first_reference`` (TIGEr's protocol) the
+    human candidate (``Input.text1``) loses the image's first reference in file order, whatever it says, and machine
+    candidates keep all references; an image with a single reference keeps it (TIGEr's code would stack an empty
+    list and raise), with a warning giving their number."""
     items: List[RatedItem] = []
-    removed = skipped = 0
+    removed = skipped = kept_single = 0
     for subset in subsets:
         if subset not in _COMPOSITE_SUBSETS:
             raise ValueError(f"benchmark 'composite': unknown subset {subset!r} (use {', '.join(_COMPOSITE_SUBSETS)})")
@@ -803,7 +811,12 @@ def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[Rated
                     raise BenchmarkFormatError(f"{where}: image {image!r} has no references in {references_name}")
                 for k, answer in enumerate(answers, 1):
                     candidate = row[f"Input.text{k}"]
-                    image_references = [reference for reference in references[image] if reference != candidate]
+                    if not drop_first_reference:
+                        image_references = [reference for reference in references[image] if reference != candidate]
+                    elif k == 1 and len(references[image]) == 1:
+                        image_references, kept_single = references[image], kept_single + 1
+                    else:
+                        image_references = references[image][1:] if k == 1 else references[image]
                     removed += len(references[image]) - len(image_references)
                     items.append(
                         RatedItem(
@@ -814,11 +827,17 @@ def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[Rated
                             key=f"{subset}#{index}#{k}",
                         )
                     )
+    if kept_single:
+        warnings.warn(f"benchmark 'composite': drop_first_reference kept the only reference of {kept_single} human "
+                      "candidate(s) (TIGEr's code raises there)", stacklevel=3)
     return items, removed, skipped
 
 
 def _load_composite(
-    root: Optional[PathLike], source: str, subsets: Sequence[str] = ("8k", "30k", "coco")
+    root: Optional[PathLike],
+    source: str,
+    subsets: Sequence[str] = ("8k", "30k", "coco"),
+    drop_first_reference: bool = False,
 ) -> Benchmark:
     if source not in ("auto", "amt", "csv"):
         raise ValueError(f"benchmark 'composite': source must be 'auto', 'amt' or 'csv', not {source!r}")
@@ -829,15 +848,23 @@ def _load_composite(
         amt_files = [folder / _COMPOSITE_SUBSETS[subset][0] for subset in subsets if subset in _COMPOSITE_SUBSETS]
         source = "amt" if any(path.is_file() for path in amt_files) else "csv"
     if source == "amt":
-        items, removed, skipped = _composite_amt_items(folder, subsets)
+        items, removed, skipped = _composite_amt_items(folder, subsets, drop_first_reference)
+        if drop_first_reference:
+            kept = (f"all of them for machine candidates; for the human candidate (Input.text1) all but the first in "
+                    f"file order, as TIGEr's evaluation drops it ({removed} removed)")
+        else:
+            kept = (f"minus those equal to the candidate ({removed} removed: the rated human caption was drawn from "
+                    "the references)")
         read = (
             f"read from the AMT correctness files of subsets {', '.join(subsets)} in {folder} ({skipped} rows "
             "without a complete HIT skipped); each rated candidate is one item with its correctness rating (1-5); "
-            "references = the image's captions (Flickr8k / Flickr30k / COCO) minus those equal to the candidate "
-            f"({removed} removed: the rated human caption was drawn from the references)"
+            f"references = the image's captions (Flickr8k / Flickr30k / COCO) {kept}"
         )
         origin, images = f"amt:{folder}", ""
     else:
+        if drop_first_reference:
+            raise ValueError("benchmark 'composite': drop_first_reference needs the AMT correctness files (the Polos "
+                             "csv does not say which candidate is the human one)")
         path = _locate(folder, ["en_test_composite_da.csv"], "composite", _COMPOSITE_HOW)
         items = _polos_csv_items(path)
         read = f"read from the Polos csv {path} (imgid, mt, refs, score) as distributed, references as listed"
@@ -1040,7 +1067,9 @@ def load_benchmark(name: str, root: Optional[PathLike] = None, *, source: str = 
 
     ``source`` picks the layout ("auto" detects it): flickr8k-*: "text" | "json"; pascal-50s, foil: "json";
     composite: "amt" | "csv"; polaris, nebula: "csv" | "json" | "parquet" | "hub"; thumb: "jsonl". Options:
-    pascal-50s ``references``; foil ``references`` (1 or 4); composite ``subsets``; polaris / nebula ``split``,
+    pascal-50s ``references``; foil ``references`` (1 or 4); composite ``subsets``, ``drop_first_reference``
+    (TIGEr's protocol: the human candidate loses the image's first reference, not those equal to it);
+    polaris / nebula ``split``,
     ``image_dir`` (where embedded hub images are written); thumb ``include_human``.
     """
     if name not in _LOADERS:
