@@ -27,24 +27,23 @@ WDS_TAU = 1.5
 
 
 def grounding(regions: np.ndarray, words: np.ndarray, lambda_softmax: float) -> np.ndarray:
-    """Per-region grounding ``s_i = cos(v_i, a_i)`` of a caption in an image (float64); leading axes are batch axes.
+    """Per-region grounding ``s_i = cos(v_i, a_i)`` of one caption in one image (float64).
 
-    ``regions`` ``(..., R, d)`` and ``words`` ``(..., W, d)`` are the SCAN embeddings. Scores ``v_i . w_j`` go
-    through LeakyReLU(0.1), are L2-normalised across regions for each word (norm + 1e-8), and a softmax over words of
+    ``regions`` ``(R, d)`` and ``words`` ``(W, d)`` are the SCAN embeddings. Scores ``v_i . w_j`` go through
+    LeakyReLU(0.1), are L2-normalised across regions for each word (norm + 1e-8), and a softmax over words of
     ``lambda_softmax`` times them weights the words into ``a_i``; the norm product of the cosine is clamped at 1e-8.
-    Returns ``(..., R)``.
     """
     regions = np.asarray(regions, dtype=np.float64)
     words = np.asarray(words, dtype=np.float64)
-    scores = words @ np.swapaxes(regions, -1, -2)  # (..., W, R), SCAN's bmm(context, query^T)
+    scores = words @ regions.T  # (W, R), SCAN's bmm(context, query^T)
     scores = np.where(scores > 0, scores, scores * LEAKY_SLOPE)
-    scores = scores / (np.sqrt(np.sum(scores ** 2, axis=-1, keepdims=True)) + NORM_EPS)
-    logits = np.swapaxes(scores, -1, -2) * lambda_softmax  # (..., R, W)
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    weights = weights / weights.sum(axis=-1, keepdims=True)
-    attended = weights @ words  # (..., R, d)
-    dot = np.sum(regions * attended, axis=-1)
-    norms = np.linalg.norm(regions, axis=-1) * np.linalg.norm(attended, axis=-1)
+    scores = scores / (np.sqrt(np.sum(scores ** 2, axis=1, keepdims=True)) + NORM_EPS)
+    logits = scores.T * lambda_softmax  # (R, W)
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    weights = weights / weights.sum(axis=1, keepdims=True)
+    attended = weights @ words  # (R, d)
+    dot = np.sum(regions * attended, axis=1)
+    norms = np.linalg.norm(regions, axis=1) * np.linalg.norm(attended, axis=1)
     return dot / np.maximum(norms, COSINE_EPS)
 
 

@@ -132,17 +132,12 @@ class GroundingVectors(RowProducer[GroundingPair]):
                 f"|lambda_softmax={self.scan.config.lambda_softmax}")
 
     def plan(self, items: Mapping[str, GroundingPair]) -> List[Batch]:
-        """Batches of pairs whose captions have one word count, so that no padding enters the softmax over words."""
-        by_length: Dict[int, Dict[str, GroundingPair]] = {}
-        for key, pair in items.items():
-            by_length.setdefault(len(pair.words), {})[key] = pair
-        return [batch for group in by_length.values() for batch in fixed_size_batches(group, self.batch_size)]
+        return fixed_size_batches(items, self.batch_size)
 
     def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
         lambda_softmax = self.scan.config.lambda_softmax
         for batch in batches:
-            yield functional.grounding(np.stack([pair.regions for pair in batch]),
-                                       np.stack([pair.words for pair in batch]), lambda_softmax)
+            yield np.stack([functional.grounding(pair.regions, pair.words, lambda_softmax) for pair in batch])
 
 
 class TIGErScore(Scorer):
