@@ -334,6 +334,39 @@ def test_composite_amt_files() -> None:
     assert len(only_coco.items) == 4
 
 
+
+def test_composite_drop_first_reference_is_tigers_protocol(tmp_path: Path) -> None:
+    """TIGEr drops the first reference (file order) for the human candidate Input.text1, whatever it says, and
+    keeps every reference for machine candidates, even one equal to the candidate."""
+    benchmark = load_benchmark("composite", DATA / "composite", drop_first_reference=True)
+    default = load_benchmark("composite", DATA / "composite")
+    token_rows = (DATA / "composite" / "Flickr8k.token.txt").read_text().splitlines()
+    flickr8k_references = [row.split("\t", 1)[1] for row in token_rows]
+    human, first_machine, second_machine = [item for item in benchmark.items if item.key.startswith("8k#")]
+    assert human.key.endswith("#1") and human.references == tuple(flickr8k_references[1:])
+    assert first_machine.references == tuple(flickr8k_references)
+    # the machine caption equal to reference #2 keeps it (the default removes it)
+    assert second_machine.candidate == flickr8k_references[2] and second_machine.references == tuple(flickr8k_references)
+    assert second_machine.candidate not in [item for item in default.items if item.key == second_machine.key][0].references
+    # the COCO human caption is the image's last reference: TIGEr drops the first one and keeps the candidate
+    coco_references = [annotation["caption"] for annotation in
+                       json.loads((DATA / "composite" / "captions_val2014.json").read_text())["annotations"]]
+    human_coco = [item for item in benchmark.items if item.key.startswith("coco#")][0]
+    assert human_coco.key.endswith("#1") and human_coco.references == tuple(coco_references[1:])
+    assert human_coco.candidate == coco_references[-1]
+    assert "all but the first in file order" in benchmark.protocol and "(3 removed)" in benchmark.protocol
+    assert [item.human for item in benchmark.items] == [item.human for item in default.items]
+    # an image with a single reference keeps it for its human candidate, with a warning
+    for name in ("8k_correctness.csv", "Flickr8k.token.txt"):
+        (tmp_path / name).write_text((DATA / "composite" / name).read_text())
+    (tmp_path / "Flickr8k.token.txt").write_text(token_rows[0] + "\n")
+    with pytest.warns(UserWarning, match="kept the only reference of 1 human candidate"):
+        single = load_benchmark("composite", tmp_path, subsets=["8k"], drop_first_reference=True)
+    assert all(item.references == (flickr8k_references[0],) for item in single.items)
+    with pytest.raises(ValueError, match="drop_first_reference needs the AMT correctness files"):
+        load_benchmark("composite", tmp_path, source="csv", drop_first_reference=True)
+
+
 def test_composite_polos_csv(tmp_path: Path) -> None:
     path = tmp_path / "en_test_composite_da.csv"
     with open(path, "w", newline="") as handle:

@@ -272,6 +272,19 @@ def test_cli_writes_table_and_files(pascal50s, monkeypatch, tmp_path, capsys) ->
     assert (tmp_path / "out" / "results.md").read_text().startswith("## pascal-50s")
 
 
+
+def test_cli_composite_drop_first_reference(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    loaded = []
+    monkeypatch.setattr(benchmark_command, "load_benchmark",
+                        lambda *args, **options: loaded.append(options) or load_benchmark(*args, **options))
+    data = Path(__file__).parent / "data" / "benchmarks" / "composite"
+    assert main(["benchmark", "--dataset", "composite", "--data-root", str(data), "--metric", "bleu1",
+                 "--composite-drop-first-reference", "--bootstrap", "2"]) == 0
+    assert loaded == [{"source": "auto", "drop_first_reference": True}]
+    assert main(["benchmark", "--dataset", "pascal-50s", "--metric", "bleu1", "--composite-drop-first-reference"]) == 2
+    assert "--composite-drop-first-reference applies to --dataset composite, not pascal-50s" in capsys.readouterr().err
+
+
 def test_cli_rejects_zero_resamples(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["benchmark", "--dataset", "pascal-50s", "--metric", "cider", "--bootstrap", "0"])

@@ -353,6 +353,10 @@ def test_cli_errors_speak_in_flags(tiny_openai_clip, shared_data, capsys) -> Non
                  str(EXAMPLES / "good_captions.json"), "--model", "capeval/no-such-model", "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     assert "pass --model <local folder>" in error and "model=" not in error
+    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(shared_data / "pascal50s"), "--source",
+                 "hub", "--metric", "cider"]) == 2  # a layout the dataset does not have: one line, no traceback
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "source must be 'auto' or 'json', not 'hub'" in error
 
 
 # 12. warnings, third-party bars, start-up -------------------------------------------------------------------------

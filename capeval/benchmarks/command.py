@@ -92,6 +92,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
+    parser.add_argument("--composite-drop-first-reference", action="store_true",
+                        help="composite: TIGEr's protocol, where the human candidate loses the image's first "
+                             "reference (not the references equal to it) and machine candidates keep all")
     parser.add_argument("--model", action="append", metavar="[METRIC=]MODEL",
                         help="hub id or local folder replacing the default backbone: METRIC=MODEL for one metric "
                              f"({', '.join(BENCHMARK_METRICS)}; repeat for several), or MODEL for all of them when "
@@ -114,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_output_folder(args.output)
     model, models = split_models(args.model)
-    benchmark = load_benchmark(args.dataset, args.data_root, source=args.source)
+    options: Dict[str, Any] = {}
+    if args.composite_drop_first_reference:
+        if args.dataset != "composite":
+            raise InputError(f"--composite-drop-first-reference applies to --dataset composite, not {args.dataset}")
+        options["drop_first_reference"] = True
+    benchmark = load_benchmark(args.dataset, args.data_root, source=args.source, **options)
     metrics = builtin_metrics(args.metric, model=model, models=models, device=args.device,
                               batch_size=args.batch_size, progress=True, regions=args.regions)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,

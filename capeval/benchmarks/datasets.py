@@ -14,10 +14,13 @@ import inspect
 import json
 import math
 import os
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from capeval.inputs import InputError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -81,7 +84,7 @@ class Benchmark:
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
-            raise ValueError(f"benchmark {self.name!r}: task must be one of {', '.join(TASKS)}, not {self.task!r}")
+            raise InputError(f"benchmark {self.name!r}: task must be one of {', '.join(TASKS)}, not {self.task!r}")
 
     def images(self) -> List[str]:
         """Unique image names in first-seen order."""
@@ -331,7 +334,7 @@ def _flickr8k_source(
 ) -> Tuple[str, Path]:
     """Resolve ``source`` ("auto", "text" or "json") to the source used and its path."""
     if source not in ("auto", "text", "json"):
-        raise ValueError(f"benchmark {name!r}: source must be 'auto', 'text' or 'json', not {source!r}")
+        raise InputError(f"benchmark {name!r}: source must be 'auto', 'text' or 'json', not {source!r}")
     if root is None:
         raise FileNotFoundError(
             f"benchmark {name!r} needs root= (the Flickr8k text folder or {json_file}). {_FLICKR8K_HOW}"
@@ -420,13 +423,13 @@ _PASCAL_HOW = (
 
 def _load_pascal50s(root: Optional[PathLike], source: str, references: Optional[int] = None) -> Benchmark:
     if source not in ("auto", "json"):
-        raise ValueError(f"benchmark 'pascal-50s': source must be 'auto' or 'json', not {source!r}")
+        raise InputError(f"benchmark 'pascal-50s': source must be 'auto' or 'json', not {source!r}")
     path = _locate(root, ["pascal_50s.json"], "pascal-50s", _PASCAL_HOW)
     data = _read_json(path)
     if not isinstance(data, dict) or set(data) - set(PASCAL_CATEGORIES):
         raise BenchmarkFormatError(f"{path}: expected an object with the categories {', '.join(PASCAL_CATEGORIES)}")
     if references is not None and references < 1:
-        raise ValueError(f"benchmark 'pascal-50s': references must be at least 1, not {references}")
+        raise InputError(f"benchmark 'pascal-50s': references must be at least 1, not {references}")
     items = []
     for category in PASCAL_CATEGORIES:
         for index, entry in enumerate(data.get(category, [])):
@@ -669,9 +672,9 @@ def _load_hub_layout(
 ) -> Benchmark:
     layout = _HUB_LAYOUTS[name]
     if split not in layout["splits"]:
-        raise ValueError(f"benchmark {name!r}: split must be one of {', '.join(layout['splits'])}, not {split!r}")
+        raise InputError(f"benchmark {name!r}: split must be one of {', '.join(layout['splits'])}, not {split!r}")
     if source not in ("auto", "csv", "json", "parquet", "hub"):
-        raise ValueError(
+        raise InputError(
             f"benchmark {name!r}: source must be 'auto', 'csv', 'json', 'parquet' or 'hub', not {source!r}"
         )
     stem = layout["stem"].format(split=layout["file_split"][split])
@@ -772,13 +775,20 @@ def _coco_references(path: Path) -> Dict[str, List[str]]:
     return references
 
 
-def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[RatedItem], int, int]:
-    """Items of the AMT correctness files, the number of candidates removed from their references, rows skipped."""
+def _composite_amt_items(
+    root: Path, subsets: Sequence[str], drop_first_reference: bool
+) -> Tuple[List[RatedItem], int, int]:
+    """Items of the AMT correctness files, the number of references removed, rows skipped.
+
+    By default a candidate loses the references equal to it. With ``drop_first_reference`` (TIGEr's protocol) the
+    human candidate (``Input.text1``) loses the image's first reference in file order, whatever it says, and machine
+    candidates keep all references; an image with a single reference keeps it (TIGEr's code would stack an empty
+    list and raise), with a warning giving their number."""
     items: List[RatedItem] = []
-    removed = skipped = 0
+    removed = skipped = kept_single = 0
     for subset in subsets:
         if subset not in _COMPOSITE_SUBSETS:
-            raise ValueError(f"benchmark 'composite': unknown subset {subset!r} (use {', '.join(_COMPOSITE_SUBSETS)})")
+            raise InputError(f"benchmark 'composite': unknown subset {subset!r} (use {', '.join(_COMPOSITE_SUBSETS)})")
         ratings_name, references_name = _COMPOSITE_SUBSETS[subset]
         ratings_path = _locate(root, [ratings_name], "composite", _COMPOSITE_HOW)
         references_path = _locate(root, [references_name], "composite", _COMPOSITE_HOW)
@@ -803,7 +813,12 @@ def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[Rated
                     raise BenchmarkFormatError(f"{where}: image {image!r} has no references in {references_name}")
                 for k, answer in enumerate(answers, 1):
                     candidate = row[f"Input.text{k}"]
-                    image_references = [reference for reference in references[image] if reference != candidate]
+                    if not drop_first_reference:
+                        image_references = [reference for reference in references[image] if reference != candidate]
+                    elif k == 1 and len(references[image]) == 1:
+                        image_references, kept_single = references[image], kept_single + 1
+                    else:
+                        image_references = references[image][1:] if k == 1 else references[image]
                     removed += len(references[image]) - len(image_references)
                     items.append(
                         RatedItem(
@@ -814,14 +829,20 @@ def _composite_amt_items(root: Path, subsets: Sequence[str]) -> Tuple[List[Rated
                             key=f"{subset}#{index}#{k}",
                         )
                     )
+    if kept_single:
+        warnings.warn(f"benchmark 'composite': drop_first_reference kept the only reference of {kept_single} human "
+                      "candidate(s) (TIGEr's code raises there)", stacklevel=3)
     return items, removed, skipped
 
 
 def _load_composite(
-    root: Optional[PathLike], source: str, subsets: Sequence[str] = ("8k", "30k", "coco")
+    root: Optional[PathLike],
+    source: str,
+    subsets: Sequence[str] = ("8k", "30k", "coco"),
+    drop_first_reference: bool = False,
 ) -> Benchmark:
     if source not in ("auto", "amt", "csv"):
-        raise ValueError(f"benchmark 'composite': source must be 'auto', 'amt' or 'csv', not {source!r}")
+        raise InputError(f"benchmark 'composite': source must be 'auto', 'amt' or 'csv', not {source!r}")
     if root is None:
         raise FileNotFoundError(f"benchmark 'composite' needs root=. {_COMPOSITE_HOW}")
     folder = Path(root)
@@ -829,15 +850,23 @@ def _load_composite(
         amt_files = [folder / _COMPOSITE_SUBSETS[subset][0] for subset in subsets if subset in _COMPOSITE_SUBSETS]
         source = "amt" if any(path.is_file() for path in amt_files) else "csv"
     if source == "amt":
-        items, removed, skipped = _composite_amt_items(folder, subsets)
+        items, removed, skipped = _composite_amt_items(folder, subsets, drop_first_reference)
+        if drop_first_reference:
+            kept = (f"all of them for machine candidates; for the human candidate (Input.text1) all but the first in "
+                    f"file order, as TIGEr's evaluation drops it ({removed} removed)")
+        else:
+            kept = (f"minus those equal to the candidate ({removed} removed: the rated human caption was drawn from "
+                    "the references)")
         read = (
             f"read from the AMT correctness files of subsets {', '.join(subsets)} in {folder} ({skipped} rows "
             "without a complete HIT skipped); each rated candidate is one item with its correctness rating (1-5); "
-            "references = the image's captions (Flickr8k / Flickr30k / COCO) minus those equal to the candidate "
-            f"({removed} removed: the rated human caption was drawn from the references)"
+            f"references = the image's captions (Flickr8k / Flickr30k / COCO) {kept}"
         )
         origin, images = f"amt:{folder}", ""
     else:
+        if drop_first_reference:
+            raise InputError("benchmark 'composite': drop_first_reference needs the AMT correctness files (the Polos "
+                             "csv does not say which candidate is the human one)")
         path = _locate(folder, ["en_test_composite_da.csv"], "composite", _COMPOSITE_HOW)
         items = _polos_csv_items(path)
         read = f"read from the Polos csv {path} (imgid, mt, refs, score) as distributed, references as listed"
@@ -874,9 +903,9 @@ _FOIL_HOW = (
 
 def _load_foil(root: Optional[PathLike], source: str, references: int = 4) -> Benchmark:
     if source not in ("auto", "json"):
-        raise ValueError(f"benchmark 'foil': source must be 'auto' or 'json', not {source!r}")
+        raise InputError(f"benchmark 'foil': source must be 'auto' or 'json', not {source!r}")
     if references not in (1, 4):
-        raise ValueError(f"benchmark 'foil': references must be 1 or 4, not {references!r}")
+        raise InputError(f"benchmark 'foil': references must be 1 or 4, not {references!r}")
     foil_path = _locate(root, ["foilv1.0_test_2017.json"], "foil", _FOIL_HOW)
     coco_path = _locate(foil_path.parent, ["captions_val2014.json"], "foil", _FOIL_HOW)
     coco = _coco_references(coco_path)
@@ -954,7 +983,7 @@ _THUMB_HOW = (
 
 def _load_thumb(root: Optional[PathLike], source: str, include_human: bool = True) -> Benchmark:
     if source not in ("auto", "jsonl"):
-        raise ValueError(f"benchmark 'thumb': source must be 'auto' or 'jsonl', not {source!r}")
+        raise InputError(f"benchmark 'thumb': source must be 'auto' or 'jsonl', not {source!r}")
     scores_path = _locate(root, ["mscoco_THumB-1.0.jsonl"], "thumb", _THUMB_HOW)
     references_path = _locate(
         scores_path.parent, ["mscoco_references.json", "mscoco_references.jsonl"], "thumb", _THUMB_HOW
@@ -1040,7 +1069,9 @@ def load_benchmark(name: str, root: Optional[PathLike] = None, *, source: str = 
 
     ``source`` picks the layout ("auto" detects it): flickr8k-*: "text" | "json"; pascal-50s, foil: "json";
     composite: "amt" | "csv"; polaris, nebula: "csv" | "json" | "parquet" | "hub"; thumb: "jsonl". Options:
-    pascal-50s ``references``; foil ``references`` (1 or 4); composite ``subsets``; polaris / nebula ``split``,
+    pascal-50s ``references``; foil ``references`` (1 or 4); composite ``subsets``, ``drop_first_reference``
+    (TIGEr's protocol: the human candidate loses the image's first reference, not those equal to it);
+    polaris / nebula ``split``,
     ``image_dir`` (where embedded hub images are written); thumb ``include_human``.
     """
     if name not in _LOADERS:
