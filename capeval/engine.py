@@ -158,7 +158,7 @@ class RowRequest:
         try:
             with tqdm(total=sum(map(len, self._mine)), desc=f"encoding {kind}s", unit=kind, leave=False,
                       disable=not engine.progress or not engine.state.is_local_main_process) as bar:
-                for batch, features in zip(self._mine, self._encoded):
+                for features, batch in zip(self._encoded, self._mine):  # the producer's iterator runs to its end
                     computed.update(zip((key for key, _ in batch), features))
                     bar.update(len(batch))
         finally:

@@ -12,10 +12,11 @@ is computed, none in what is returned:
 * query, key and value projections write into one buffer.
 
 Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py). In reduced precision
-(fp16, bf16) two operations follow OpenAI CLIP's fp16 model (``clip.load`` on CUDA) instead of transformers', so
-that fp16 features equal the reference's bit for bit (tests/test_precision.py): layer norms compute in float32 and
-round back (OpenAI's ``LayerNorm`` subclass), and the projections multiply by a contiguous ``(width, dim)`` matrix
-(OpenAI's ``x @ self.proj``), whose rounding differs from ``nn.Linear``'s transposed-weight product.
+(fp16, bf16) the computation follows OpenAI CLIP's fp16 model (``clip.load`` on CUDA) where transformers' rounds
+differently, so that fp16 features equal the reference's bit for bit (tests/test_precision.py): layer norms compute
+in float32 and round back (OpenAI's ``LayerNorm`` subclass), the projections multiply by a contiguous
+``(width, dim)`` matrix (OpenAI's ``x @ self.proj``, rounded unlike ``nn.Linear``'s transposed-weight product), and
+the last layer runs over every position (the first difference above does not apply).
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ FORWARD_VERSION = "1"
 """Changes whenever these forwards could return different floats in float32; on-disk feature caches are keyed by it
 (through :func:`forward_version`)."""
 REDUCED_PRECISION_FORWARD_VERSION = "2"
-"""The same for fp16 and bf16 (2: layer norms in float32 and projections as OpenAI CLIP computes them)."""
+"""The same for fp16 and bf16 (2: layer norms in float32, projections and the last layer as OpenAI CLIP computes
+them)."""
 
 
 def forward_version(dtype: torch.dtype) -> str:
@@ -130,9 +132,15 @@ def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool)
 
 def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
             key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``."""
+    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``. In reduced
+    precision the last layer runs over every position, as the reference's fp16 model runs it: a matrix product's
+    rounding of one row can depend on how many rows are multiplied with it (measured: 1 image of 24 in fp16 on the
+    CPU)."""
     workspace = _run_layers(states, layers, causal)
-    return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
+    if states.dtype == torch.float32:
+        return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
+    _encoder_layer(states, layers[-1], workspace, causal)
+    return states[torch.arange(len(rows), device=states.device), rows]
 
 
 def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:

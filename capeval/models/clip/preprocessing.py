@@ -18,7 +18,7 @@ import functools
 import html
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import ftfy
 import numpy as np
@@ -121,9 +121,10 @@ class TextTransform:
         return [text in cut for text in prepared]
 
 
-def pad_token_ids(ids: Sequence[Sequence[int]]) -> torch.Tensor:
-    """Zero-pad token id lists to the longest one (as ``clip.tokenize`` pads; pooling uses the first end token)."""
-    batch = torch.zeros(len(ids), max(len(tokens) for tokens in ids), dtype=torch.long)
+def pad_token_ids(ids: Sequence[Sequence[int]], length: Optional[int] = None) -> torch.Tensor:
+    """Zero-pad token id lists to ``length``, or to the longest one when ``None`` (zeros as ``clip.tokenize`` pads;
+    pooling uses the first end token)."""
+    batch = torch.zeros(len(ids), length or max(len(tokens) for tokens in ids), dtype=torch.long)
     for row, tokens in enumerate(ids):
         batch[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
     return batch
