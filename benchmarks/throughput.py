@@ -194,6 +194,20 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _worker_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's living child processes (DataLoader workers)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _timed(run: Callable[[], float]) -> Tuple[float, float, float]:
     """(wall seconds, CPU seconds of this process over all its threads, value) of ``run()``; the device's queued work
     is waited for before the clock stops."""
@@ -447,9 +461,11 @@ def run_capeval_host(context: ChildContext, workload: Workload) -> Dict[str, Any
     """capeval end to end with the model forward stubbed out: validation, hashing, decoding, transfers, texts."""
     _stub_forwards()
     scorer, load_seconds = _warm_capeval(context)
+    workers_before = _worker_cpu_seconds()
     seconds, cpu_seconds, _ = _timed(lambda: scorer.score(workload.images, workload.candidates)["clip_score"])
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": float("nan"),
-            "pairs": len(workload), "images_encoded": scorer.engine.encoded["image"] - 1}
+            "pairs": len(workload), "images_encoded": scorer.engine.encoded["image"] - 1,
+            "extra": {"worker_cpu_seconds": _worker_cpu_seconds() - workers_before}}
 
 
 class _DecodedFiles(torch.utils.data.Dataset):
@@ -487,9 +503,11 @@ def run_decode_limit(context: ChildContext, workload: Workload) -> Dict[str, Any
         pass
     load_seconds = time.perf_counter() - start
     sampler.groups = [files[first:first + DECODE_GROUP] for first in range(0, len(files), DECODE_GROUP)]
+    workers_before = _worker_cpu_seconds()
     seconds, cpu_seconds, count = _timed(lambda: float(sum(len(group) for group in loader)))
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": float("nan"),
-            "pairs": int(count), "images_encoded": int(count)}
+            "pairs": int(count), "images_encoded": int(count),
+            "extra": {"worker_cpu_seconds": _worker_cpu_seconds() - workers_before}}
 
 
 PEERS: Dict[str, Tuple[str, Callable[[ChildContext], Dict[str, Any]]]] = {
@@ -676,6 +694,12 @@ def report(results: Dict[str, PeerResult], arguments: argparse.Namespace, matmul
                 print(f"  {DESCRIPTIONS[peer]:44s} {results[peer].pairs_per_second:8.1f} images/s = "
                       f"{fraction:.3f} of the decode limit")
                 host_fraction = fraction if peer == "capeval-host" else host_fraction
+                if peer == "capeval-host" and limit.extra and results[peer].extra:
+                    def per_cpu(result: PeerResult) -> float:
+                        return result.pairs / (result.cpu_seconds + (result.extra or {})["worker_cpu_seconds"])
+
+                    print(f"  {'':44s} per CPU second (process and workers): {per_cpu(results[peer]):.1f} against "
+                          f"{per_cpu(limit):.1f} images = {per_cpu(results[peer]) / per_cpu(limit):.3f}")
                 one_caption_fraction = fraction if peer == "capeval-1cap" else one_caption_fraction
     for mine, reference in (("capeval", "reference-batched"), ("capeval-1cap", "reference-batched-1cap")):
         paths = [arguments.work_dir / "scores" / f"{name}.npy" for name in (mine, reference)]
