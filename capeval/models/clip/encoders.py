@@ -1,7 +1,7 @@
 """CLIP's two towers as row producers of the embedding engine, and the engine every CLIP-based scorer uses.
 
 Images: each distinct image (by content hash) is decoded and transformed in the worker processes of a persistent
-``torch.utils.data.DataLoader``, in groups of :data:`DECODE_GROUP` so that every worker has work whatever the batch
+``torch.utils.data.DataLoader`` (:mod:`capeval.models.clip.decoding`), in groups of :data:`DECODE_GROUP` so that every worker has work whatever the batch
 size; the groups of a batch are concatenated in order (into pinned memory on CUDA), so batches are exactly as
 planned. Decoding starts when the engine requests the rows and runs ahead of the model by the loader's prefetch
 depth. Groups travel as NumPy arrays through the loader's pipes rather than as tensors in shared memory: reading a
@@ -24,9 +24,10 @@ import torch
 
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
 from capeval.inputs import ImageItem, InputError
+from capeval.models.clip.decoding import DecodedImages, Groups, as_is, worker_context
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.modeling import forward_version
-from capeval.models.clip.preprocessing import PREPROCESSING_VERSION, ImageTransform, pad_token_ids
+from capeval.models.clip.preprocessing import PREPROCESSING_VERSION, pad_token_ids
 
 
 def backbone_cache_key(backbone: Backbone, settings: str) -> str:
@@ -48,41 +49,6 @@ def default_num_workers() -> int:
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cpus // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-
-
-class _DecodedImages(torch.utils.data.Dataset):
-    """Decoding in loader workers. The sampler's "indices" are the :class:`ImageItem` groups themselves; a group
-    becomes one uint8 array ``(n, 3, size, size)``, or the :class:`InputError` of its first undecodable image
-    (returned, not raised, so that the error reaches the caller as it is)."""
-
-    def __init__(self, transform: ImageTransform) -> None:
-        self.transform = transform
-
-    def __getitem__(self, item: ImageItem) -> torch.Tensor:
-        return self.transform.to_uint8(item.open())
-
-    def __getitems__(self, items: List[ImageItem]) -> Union[np.ndarray, InputError]:
-        try:
-            return torch.stack([self[item] for item in items]).numpy()
-        except InputError as error:
-            return error
-
-
-class _Groups(torch.utils.data.Sampler):
-    """The batch sampler of the loader: the groups of the current request, replaced before each iteration."""
-
-    def __init__(self) -> None:
-        self.groups: List[List[ImageItem]] = []
-
-    def __iter__(self) -> Iterator[List[ImageItem]]:
-        return iter(self.groups)
-
-    def __len__(self) -> int:
-        return len(self.groups)
-
-
-def _as_is(group: Union[np.ndarray, InputError]) -> Union[np.ndarray, InputError]:
-    return group
 
 
 class ImageRows(RowProducer[ImageItem]):
@@ -127,9 +93,9 @@ class ImageRows(RowProducer[ImageItem]):
         if self._loader is None:
             workers = self.num_workers
             self._loader = torch.utils.data.DataLoader(
-                _DecodedImages(self.backbone.image_transform), batch_sampler=_Groups(), num_workers=workers,
-                collate_fn=_as_is, persistent_workers=workers > 0,
-                prefetch_factor=PREFETCH_GROUPS if workers > 0 else None)
+                DecodedImages(self.backbone.image_transform), batch_sampler=Groups(), num_workers=workers,
+                collate_fn=as_is, persistent_workers=workers > 0, prefetch_factor=PREFETCH_GROUPS if workers > 0 else None,
+                multiprocessing_context=worker_context() if workers > 0 else None)
         return self._loader
 
     def _encoded(self, groups: Iterator[Union[np.ndarray, InputError]], sizes: List[int]) -> Iterator[np.ndarray]:
