@@ -302,13 +302,13 @@ def run_torchmetrics(context: ChildContext, workload: Workload, batch_size: int 
         model = CLIPModel.from_pretrained(context.model_dir).eval()
         return _TensorFeatures(model), CLIPProcessor.from_pretrained(context.model_dir)
 
-    def load(path: str) -> torch.Tensor:
+    def load(path: str) -> torch.Tensor:  # torchmetrics runs the model on the device of the images
         with Image.open(path) as image:
-            return pil_to_tensor(image.convert("RGB"))
+            return pil_to_tensor(image.convert("RGB")).to(context.device)
 
     start = time.perf_counter()
-    metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor)
-    metric.update([pil_to_tensor(warm_up_image())], [CLIP_S.prompt + WARM_UP_CAPTION])
+    metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor).to(context.device)
+    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIP_S.prompt + WARM_UP_CAPTION])
     metric.reset()
     load_seconds = time.perf_counter() - start
 
