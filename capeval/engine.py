@@ -52,6 +52,9 @@ class RowProducer(ABC, Generic[Item]):
         """One ``(len(batch), dim)`` array per batch of payloads, in order (may prepare the next batch meanwhile);
         a producer of ragged rows (read with :meth:`EmbeddingEngine.row_list`) yields a list of 1-D arrays."""
 
+    def abandon(self) -> None:
+        """Stop the work :meth:`encode` started for a request that will not be finished (default: none to stop)."""
+
 
 def fixed_size_batches(items: Mapping[str, Any], size: int) -> List[Batch]:
     """``items`` in their order, cut into batches of ``size`` (key, item) pairs."""
@@ -161,14 +164,16 @@ class RowRequest:
                 for features, batch in zip(self._encoded, self._mine):  # the producer's iterator runs to its end
                     computed.update(zip((key for key, _ in batch), features))
                     bar.update(len(batch))
-        finally:
+        except BaseException:
             self.close()
+            raise
         if self._gather:
             self._table.update(engine._store(kind, computed))
         return [self._table[key] for key in self._keys]
 
     def close(self) -> None:
-        """Stop the producer's work on this request (called by :meth:`result`; call it for a request given up)."""
+        """Give this request up: stop the producer's work on it (called by :meth:`result` when it fails)."""
         close = getattr(self._encoded, "close", None)
         if close is not None:
             close()
+        self._producer.abandon()

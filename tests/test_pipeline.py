@@ -84,19 +84,20 @@ INTERRUPTED_SCRIPT = textwrap.dedent("""
     import capeval.models.clip.loading as loading
     from capeval import CLIPScore
 
-    model, files = sys.argv[1], sys.argv[2:]
+    model, tower, files = sys.argv[1], sys.argv[2], sys.argv[3:]
     scorer = CLIPScore(model=model, batch_size=2, num_workers=2)
-    forward = loading.Backbone.encode_images
+    name = f"encode_{tower}"
+    forward = getattr(loading.Backbone, name)
     calls = []
 
-    def interrupted(self, pixels):
-        calls.append(len(pixels))
-        if len(calls) == 2:
+    def interrupted(self, batch):
+        calls.append(len(batch))
+        if len(calls) == (2 if tower == "images" else 1):  # texts run while the images decode
             assert multiprocessing.active_children(), "decoding workers should be running"
             raise KeyboardInterrupt
-        return forward(self, pixels)
+        return forward(self, batch)
 
-    loading.Backbone.encode_images = interrupted
+    setattr(loading.Backbone, name, interrupted)
     try:
         scorer.score(files, ["a caption"] * len(files))
     except KeyboardInterrupt:
@@ -104,10 +105,11 @@ INTERRUPTED_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_keyboard_interrupt_leaves_no_worker_process(files, tiny_openai_clip, tmp_path) -> None:
+@pytest.mark.parametrize("tower", ["images", "texts"])
+def test_keyboard_interrupt_leaves_no_worker_process(files, tiny_openai_clip, tmp_path, tower: str) -> None:
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED_SCRIPT)
-    completed = subprocess.run([sys.executable, str(script), str(tiny_openai_clip.hf_dir), *map(str, files)],
+    completed = subprocess.run([sys.executable, str(script), str(tiny_openai_clip.hf_dir), tower, *map(str, files)],
                                capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "interrupted; workers left: 0" in completed.stdout

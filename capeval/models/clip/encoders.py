@@ -89,12 +89,16 @@ class ImageRows(RowProducer[ImageItem]):
         """Shut the decoding workers down (a later request starts new ones)."""
         self._loader = None  # the loader holds the only reference to its worker iterator, whose deletion joins them
 
+    def abandon(self) -> None:
+        self.close()
+
     def _open_loader(self) -> torch.utils.data.DataLoader:
         if self._loader is None:
             workers = self.num_workers
             self._loader = torch.utils.data.DataLoader(
                 DecodedImages(self.backbone.image_transform), batch_sampler=Groups(), num_workers=workers,
-                collate_fn=as_is, persistent_workers=workers > 0, prefetch_factor=PREFETCH_GROUPS if workers > 0 else None,
+                collate_fn=as_is, persistent_workers=workers > 0,
+                prefetch_factor=PREFETCH_GROUPS if workers > 0 else None,
                 multiprocessing_context=worker_context() if workers > 0 else None)
         return self._loader
 
