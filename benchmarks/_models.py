@@ -25,16 +25,27 @@ context length, vocabulary size, text width, text heads, text layers."""
 SEED = 0
 
 
-def random_vit_b32_folder(work_dir: Path) -> Path:
-    """The converted folder of a seeded random-init ViT-B/32 under ``work_dir`` (built on first use)."""
-    folder = work_dir / f"random-clip-vit-b-32-seed{SEED}"
-    if (folder / "model.safetensors").is_file() and (folder / "tokenizer_config.json").is_file():
-        return folder
+def random_vit_b32_openai() -> torch.nn.Module:
+    """The seeded random-init ``clip.model.CLIP`` ViT-B/32 (fp32, eval mode), every weight an fp16 value as in the
+    released OpenAI checkpoints (so that ``clip.load``'s fp16 conversion loses nothing, as with the real weights)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # clip-anytorch's pkg_resources deprecation notice
         from clip.model import CLIP
-    torch.manual_seed(SEED)
-    model = CLIP(*VIT_B_32_ARGS).float().eval()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = CLIP(*VIT_B_32_ARGS).float().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def random_vit_b32_folder(work_dir: Path) -> Path:
+    """The converted folder of :func:`random_vit_b32_openai` under ``work_dir`` (built on first use)."""
+    folder = work_dir / f"random-clip-vit-b-32-seed{SEED}-fp16-values"
+    if (folder / "model.safetensors").is_file() and (folder / "tokenizer_config.json").is_file():
+        return folder
+    model = random_vit_b32_openai()
     work_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = work_dir / f"random-clip-vit-b-32-seed{SEED}.pt"
     torch.save(model.state_dict(), checkpoint)

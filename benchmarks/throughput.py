@@ -1,6 +1,7 @@
 """Throughput and memory of capeval against torchmetrics' CLIPScore and reference-style loops, side by side.
 
     python benchmarks/throughput.py [--quick] [--images N] [--threads T] [--repeats R] [--peers a,b] [--json-out FILE]
+                                    [--device cpu|cuda] [--precision auto|fp32|fp16] [--host-only]
 
 Model: a full-size OpenAI CLIP ViT-B/32 with random weights (same cost as the real one), built once under
 ``--work-dir``. Images: the 1,000 Flickr8k-Expert images of ``images_224`` plus the 125 original JPEGs of
@@ -11,6 +12,12 @@ Model: a full-size OpenAI CLIP ViT-B/32 with random weights (same cost as the re
 * ``one-caption``: one distinct caption per file (a reference of the image, so no text repeats);
 * ``stream``: ``--stream-pairs`` pairs (100,000 by default) given as generators, images cycling over the files,
   captions cycling over every Flickr8k caption.
+
+``--host-only`` measures capeval's host pipeline alone: the one-caption workload with the model forward replaced by
+a zero-cost stub, against the decode limit measured in the same run (the same decode and transform of the same
+files in ``cpu_count`` DataLoader worker processes, nothing else). ``--device`` runs every peer there: capeval,
+torchmetrics' metric moved with ``.to(device)``, and the reference loop as ``clipscore.py`` runs it (DataLoader with
+8 workers, batches of 64 images and 256 captions, ``clip``'s model in fp16 on CUDA as ``clip.load`` builds it).
 
 Every peer runs in a fresh subprocess, so its peak resident memory (``ru_maxrss`` of that process) is its own. In
 each, the model is loaded first (not timed), one synthetic pair that is not in the workload is scored as a warm-up
@@ -37,11 +44,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from _models import REPO_ROOT, random_vit_b32_folder
+from _models import REPO_ROOT, random_vit_b32_folder, random_vit_b32_openai
 from capeval import CLIPScore
 from capeval.benchmarks import load_benchmark
 from capeval.functional.clipscore import clip_s
 from capeval.inputs import validate_image
+from capeval.models.clip.encoders import DECODE_GROUP, PREFETCH_GROUPS
+from capeval.models.clip.loading import Backbone
+from capeval.models.clip.preprocessing import ImageTransform
 from capeval.scorers.clipscore import CLIP_S
 
 FULL_IMAGES = 1125
@@ -56,6 +66,10 @@ TARGET_ONE_CAPTION_RATIO = 1.2
 TARGET_WARM_CACHE_SPEEDUP = 20.0
 TARGET_STREAM_PAIRS = 100_000
 TARGET_STREAM_RSS_MB = 2048.0
+TARGET_HOST_ONLY_FRACTION = 0.85
+TARGET_GPU_DECODE_FRACTION = 0.8
+TARGET_GPU_ONE_CAPTION_VS_REFERENCE = 2.5
+TARGET_GPU_EXPERT_VS_REFERENCE = 3.0
 
 
 # ----------------------------------------------------------------------------------------------------------- workloads
@@ -168,6 +182,11 @@ class ChildContext:
     selection: Flickr8kFiles
     cache_dir: Optional[Path]
     stream_pairs: int
+    peer: str
+    device: str
+    precision: str
+    scores_dir: Path
+    """Where peers that score per item save their per-item scores (``<peer>.npy``), for the parent to compare."""
 
 
 def _cpu_seconds() -> float:
@@ -175,10 +194,27 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _worker_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's living child processes (DataLoader workers)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _timed(run: Callable[[], float]) -> Tuple[float, float, float]:
-    """(wall seconds, CPU seconds of this process over all its threads, value) of ``run()``."""
+    """(wall seconds, CPU seconds of this process over all its threads, value) of ``run()``; the device's queued work
+    is waited for before the clock stops."""
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     value = run()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter() - start, _cpu_seconds() - cpu_start, value
 
 
@@ -186,7 +222,8 @@ def _warm_capeval(context: ChildContext, with_references: bool = False,
                   cache_dir: Optional[Path] = None) -> Tuple[CLIPScore, float]:
     """A capeval scorer that has scored the warm-up pair, and the seconds that took with loading."""
     start = time.perf_counter()
-    scorer = CLIPScore(model=context.model_dir, cache_dir=cache_dir)
+    scorer = CLIPScore(model=context.model_dir, cache_dir=cache_dir, device=context.device,
+                       precision=context.precision)
     scorer.score([warm_up_image()], [WARM_UP_CAPTION], [[WARM_UP_CAPTION]] if with_references else None)
     return scorer, time.perf_counter() - start
 
@@ -197,8 +234,14 @@ def run_capeval(context: ChildContext, workload: Workload, with_references: bool
     scorer, load_seconds = _warm_capeval(context, with_references, cache_dir)
     encoded_before = dict(scorer.engine.encoded)
     references = workload.references if with_references else None
-    seconds, cpu_seconds, mean = _timed(
-        lambda: scorer.score(workload.images, workload.candidates, references)["clip_score"])
+    result: Dict[str, Any] = {}
+
+    def score() -> float:
+        result.update(scorer.score(workload.images, workload.candidates, references))
+        return result["clip_score"]
+
+    seconds, cpu_seconds, mean = _timed(score)
+    np.save(context.scores_dir / f"{context.peer}.npy", np.asarray(result["clip_scores"]))
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": mean,
             "images_encoded": scorer.engine.encoded["image"] - encoded_before["image"],
             "texts_encoded": scorer.engine.encoded["text"] - encoded_before["text"]}
@@ -225,7 +268,7 @@ def run_capeval_images(context: ChildContext, workload: Workload) -> Dict[str, A
         [validate_image(path, index) for index, path in enumerate(files)]).shape[0]))
     backbone = scorer.backbone
     batch = torch.stack([backbone.image_transform.to_uint8(Image.open(path)) for path in files[:64]])
-    forward_seconds = min(_timed(lambda: float(backbone.encode_images(batch).shape[0]))[0] for _ in range(3))
+    forward_seconds = min(_timed(lambda: float(backbone.encode_images(batch)[0, 0]))[0] for _ in range(3))
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds,
             "mean_score": float("nan"), "pairs": len(files), "images_encoded": len(files),
             "extra": {"forward_images_per_second": len(batch) / forward_seconds,
@@ -259,13 +302,13 @@ def run_torchmetrics(context: ChildContext, workload: Workload, batch_size: int 
         model = CLIPModel.from_pretrained(context.model_dir).eval()
         return _TensorFeatures(model), CLIPProcessor.from_pretrained(context.model_dir)
 
-    def load(path: str) -> torch.Tensor:
+    def load(path: str) -> torch.Tensor:  # torchmetrics runs the model on the device of the images
         with Image.open(path) as image:
-            return pil_to_tensor(image.convert("RGB"))
+            return pil_to_tensor(image.convert("RGB")).to(context.device)
 
     start = time.perf_counter()
-    metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor)
-    metric.update([pil_to_tensor(warm_up_image())], [CLIP_S.prompt + WARM_UP_CAPTION])
+    metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor).to(context.device)
+    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIP_S.prompt + WARM_UP_CAPTION])
     metric.reset()
     load_seconds = time.perf_counter() - start
 
@@ -346,29 +389,125 @@ class _PathDataset(torch.utils.data.Dataset):
             return self.transform(image)
 
 
+def _reference_clip_s(images: np.ndarray, candidates: np.ndarray, weight: float = CLIP_S.weight) -> np.ndarray:
+    """``clipscore.py``'s ``get_clip_score`` arithmetic (NumPy >= 1.21 branch), in the features' own dtype."""
+    images = images / np.sqrt(np.sum(images ** 2, axis=1, keepdims=True))
+    candidates = candidates / np.sqrt(np.sum(candidates ** 2, axis=1, keepdims=True))
+    return weight * np.clip(np.sum(images * candidates, axis=1), 0, None)
+
+
+class _TokenisedCaptions(torch.utils.data.Dataset):
+    """``clipscore.py``'s caption dataset: prompt, then ``clip.tokenize`` to 77 tokens (truncating)."""
+
+    def __init__(self, captions: Sequence[str], tokenize: Callable[..., torch.Tensor]) -> None:
+        self.captions, self.tokenize = captions, tokenize
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.tokenize(CLIP_S.prompt + self.captions[index], truncate=True).squeeze()
+
+
 def run_reference_batched(context: ChildContext, workload: Workload) -> Dict[str, Any]:
-    """The reference code's batching without de-duplication: every pair's image, 64 per batch through a DataLoader
-    (loader processes = torch threads), captions tokenised to 77 tokens, 256 per batch."""
+    """``clipscore.py``'s loop without de-duplication: every pair's image through a DataLoader (8 workers, 64 per
+    batch, its torchvision transform) into ``clip``'s model (fp16 weights on CUDA, as ``clip.load`` builds it; fp32
+    on the CPU), captions through a DataLoader (8 workers, 256 per batch, ``clip.tokenize`` to 77 tokens), then its
+    NumPy arithmetic in the features' dtype."""
+    from clip.model import convert_weights
+
     start = time.perf_counter()
-    model, transform, tokenize = _reference_style_parts(context.model_dir)
-    _encode(model, transform(warm_up_image()).unsqueeze(0), tokenize([CLIP_S.prompt + WARM_UP_CAPTION]))
+    _, transform, tokenize = _reference_style_parts(context.model_dir)
+    device = torch.device(context.device)
+    model = random_vit_b32_openai()
+    if device.type == "cuda":
+        convert_weights(model)  # what clip.load does on CUDA (and model.float() on the CPU)
+    model = model.to(device)
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    with torch.no_grad():
+        model.encode_image(transform(warm_up_image()).unsqueeze(0).to(device).to(dtype))
+        model.encode_text(tokenize([CLIP_S.prompt + WARM_UP_CAPTION]).to(device))
     load_seconds = time.perf_counter() - start
 
     def score() -> float:
-        loader = torch.utils.data.DataLoader(_PathDataset(workload.images, transform), batch_size=64,
-                                             num_workers=torch.get_num_threads(), shuffle=False)
+        images = torch.utils.data.DataLoader(_PathDataset(workload.images, transform), batch_size=64, num_workers=8,
+                                             shuffle=False)
+        captions = torch.utils.data.DataLoader(_TokenisedCaptions(workload.candidates, tokenize), batch_size=256,
+                                               num_workers=8, shuffle=False)
         image_rows, text_rows = [], []
-        with torch.inference_mode():
-            for pixels in loader:
-                image_rows.append(model.get_image_features(pixel_values=pixels).pooler_output.double().numpy())
-            for first in range(0, len(workload), 256):
-                tokens = tokenize([CLIP_S.prompt + text for text in workload.candidates[first:first + 256]],
-                                  truncate=True)
-                text_rows.append(model.get_text_features(input_ids=tokens).pooler_output.double().numpy())
-        return float(np.mean(clip_s(np.concatenate(image_rows), np.concatenate(text_rows), CLIP_S.weight)))
+        with torch.no_grad():
+            for pixels in images:
+                image_rows.append(model.encode_image(pixels.to(device).to(dtype)).cpu().numpy())
+            for tokens in captions:
+                text_rows.append(model.encode_text(tokens.to(device)).cpu().numpy())
+        per = _reference_clip_s(np.concatenate(image_rows), np.concatenate(text_rows))
+        np.save(context.scores_dir / f"{context.peer}.npy", per.astype(np.float64))
+        return float(np.mean(per))
 
     seconds, cpu_seconds, mean = _timed(score)
     return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": mean}
+
+
+def _stub_forwards() -> None:
+    """Replace both towers' forwards by zero-cost stubs returning constant features of the right shape and device."""
+    def ones(self: Backbone, batch: torch.Tensor) -> torch.Tensor:
+        return torch.ones(len(batch), self.model.config.projection_dim, dtype=self.dtype, device=self.device)
+
+    Backbone.encode_images = ones  # type: ignore[method-assign]
+    Backbone.encode_texts = ones  # type: ignore[method-assign]
+
+
+def run_capeval_host(context: ChildContext, workload: Workload) -> Dict[str, Any]:
+    """capeval end to end with the model forward stubbed out: validation, hashing, decoding, transfers, texts."""
+    _stub_forwards()
+    scorer, load_seconds = _warm_capeval(context)
+    workers_before = _worker_cpu_seconds()
+    seconds, cpu_seconds, _ = _timed(lambda: scorer.score(workload.images, workload.candidates)["clip_score"])
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": float("nan"),
+            "pairs": len(workload), "images_encoded": scorer.engine.encoded["image"] - 1,
+            "extra": {"worker_cpu_seconds": _worker_cpu_seconds() - workers_before}}
+
+
+class _DecodedFiles(torch.utils.data.Dataset):
+    """Read and decode a file, then capeval's exact resize, crop and conversion to uint8 (nothing else)."""
+
+    def __init__(self, transform: ImageTransform) -> None:
+        self.transform = transform
+
+    def __getitem__(self, path: str) -> torch.Tensor:
+        with Image.open(path) as image:
+            return self.transform.to_uint8(image)
+
+
+class _Files(torch.utils.data.Sampler):
+    def __init__(self, groups: List[List[str]]) -> None:
+        self.groups = groups
+
+    def __iter__(self) -> Iterator[List[str]]:
+        return iter(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
+def run_decode_limit(context: ChildContext, workload: Workload) -> Dict[str, Any]:
+    """The decode limit: the workload's distinct files decoded and transformed by ``cpu_count`` persistent
+    DataLoader worker processes, in capeval's groups, nothing else (workers started and warmed up untimed)."""
+    files = list(dict.fromkeys(workload.images))
+    sampler = _Files([files[:DECODE_GROUP]])
+    start = time.perf_counter()
+    loader = torch.utils.data.DataLoader(_DecodedFiles(ImageTransform()), batch_sampler=sampler,
+                                         num_workers=os.cpu_count() or 1, persistent_workers=True,
+                                         prefetch_factor=PREFETCH_GROUPS)
+    for _ in loader:  # start the workers
+        pass
+    load_seconds = time.perf_counter() - start
+    sampler.groups = [files[first:first + DECODE_GROUP] for first in range(0, len(files), DECODE_GROUP)]
+    workers_before = _worker_cpu_seconds()
+    seconds, cpu_seconds, count = _timed(lambda: float(sum(len(group) for group in loader)))
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "load_seconds": load_seconds, "mean_score": float("nan"),
+            "pairs": int(count), "images_encoded": int(count),
+            "extra": {"worker_cpu_seconds": _worker_cpu_seconds() - workers_before}}
 
 
 PEERS: Dict[str, Tuple[str, Callable[[ChildContext], Dict[str, Any]]]] = {
@@ -381,8 +520,12 @@ PEERS: Dict[str, Tuple[str, Callable[[ChildContext], Dict[str, Any]]]] = {
     "capeval-images": ("expert", lambda c: run_capeval_images(c, expert_workload(c.selection))),
     "capeval-stream": ("stream", run_capeval_stream),
     "reference-batched": ("expert", lambda c: run_reference_batched(c, expert_workload(c.selection))),
+    "reference-batched-1cap": ("one-caption", lambda c: run_reference_batched(c, one_caption_workload(c.selection))),
+    "decode-limit": ("one-caption", lambda c: run_decode_limit(c, one_caption_workload(c.selection))),
+    "capeval-host": ("one-caption", lambda c: run_capeval_host(c, one_caption_workload(c.selection))),
     "per-pair": ("expert", lambda c: run_per_pair(c, expert_workload(c.selection))),
 }
+HOST_ONLY_PEERS = ["decode-limit", "capeval-host"]
 """Peer name -> (workload, run), in run order (acceptance peers first, slow reference-style peers last). The
 ``-cold``/``-warm`` pair shares one on-disk cache folder, emptied before each cold run."""
 
@@ -392,7 +535,10 @@ DESCRIPTIONS = {
     "torchmetrics": "torchmetrics CLIPScore",
     "capeval-ref-cold": "capeval CLIP-S+RefCLIP-S, cold disk cache",
     "capeval-ref-warm": "capeval CLIP-S+RefCLIP-S, warm disk cache",
-    "reference-batched": "reference style, batched, no dedup",
+    "reference-batched": "clipscore.py loop (8 workers, no dedup)",
+    "reference-batched-1cap": "clipscore.py loop (8 workers, no dedup)",
+    "decode-limit": "decode limit (cpu_count worker processes)",
+    "capeval-host": "capeval, model forward stubbed (host only)",
     "per-pair": "reference style, per pair (batch 1)",
     "capeval-1cap": "capeval CLIP-S",
     "torchmetrics-1cap": "torchmetrics CLIPScore",
@@ -405,7 +551,8 @@ def child_main(peer: str, arguments: argparse.Namespace) -> None:
     torch.set_num_threads(arguments.threads)
     context = ChildContext(random_vit_b32_folder(arguments.work_dir),
                            select_files(arguments.data_dir, arguments.images),
-                           arguments.cache_dir, arguments.stream_pairs)
+                           arguments.cache_dir, arguments.stream_pairs, peer, arguments.device, arguments.precision,
+                           arguments.work_dir / "scores")
     workload_name, run = PEERS[peer]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -424,7 +571,8 @@ def run_child(peer: str, arguments: argparse.Namespace, cache_dir: Optional[Path
     """Run ``peer`` in a fresh interpreter (on-disk cache folder ``cache_dir``, if any) and parse its result."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", peer, "--images", str(arguments.images),
                "--threads", str(arguments.threads), "--work-dir", str(arguments.work_dir),
-               "--data-dir", str(arguments.data_dir), "--stream-pairs", str(arguments.stream_pairs)]
+               "--data-dir", str(arguments.data_dir), "--stream-pairs", str(arguments.stream_pairs),
+               "--device", arguments.device, "--precision", arguments.precision]
     if cache_dir is not None:
         command += ["--cache-dir", str(cache_dir)]
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -507,7 +655,7 @@ def report(results: Dict[str, PeerResult], arguments: argparse.Namespace, matmul
     print("-" * len(header))
     for peer, result in results.items():
         reference = baseline.get(result.workload)
-        compared = reference is not None and not peer.startswith("capeval")  # peers, not capeval's variants
+        compared = reference is not None and not peer.startswith(("capeval", "decode"))  # peers, not capeval's variants
         ratio = _ratio(results, reference, peer) if compared else None
         cpu_ratio = _ratio(results, reference, peer, cpu=True) if compared else None
         print(f"{result.workload:11s} {DESCRIPTIONS[peer]:42s} {result.pairs:6d} {result.seconds:7.1f} "
@@ -535,7 +683,47 @@ def report(results: Dict[str, PeerResult], arguments: argparse.Namespace, matmul
                   f"{100 * rate * 2 * macs / matmul:5.1f}% of the matmul rate (executed: "
                   f"{100 * rate * 2 * executed_macs / matmul:5.1f}%)")
 
+    limit = results.get("decode-limit")
+    host_fraction = one_caption_fraction = None
+    if limit is not None:
+        print(f"\nDecode limit: {limit.pairs_per_second:.1f} images/s ({os.cpu_count()} worker processes decoding and "
+              f"transforming the {limit.pairs} files, nothing else)")
+        for peer in ("capeval-host", "capeval-1cap"):
+            if peer in results:
+                fraction = results[peer].pairs_per_second / limit.pairs_per_second
+                print(f"  {DESCRIPTIONS[peer]:44s} {results[peer].pairs_per_second:8.1f} images/s = "
+                      f"{fraction:.3f} of the decode limit")
+                host_fraction = fraction if peer == "capeval-host" else host_fraction
+                if peer == "capeval-host" and limit.extra and results[peer].extra:
+                    def per_cpu(result: PeerResult) -> float:
+                        return result.pairs / (result.cpu_seconds + (result.extra or {})["worker_cpu_seconds"])
+
+                    print(f"  {'':44s} per CPU second (process and workers): {per_cpu(results[peer]):.1f} against "
+                          f"{per_cpu(limit):.1f} images = {per_cpu(results[peer]) / per_cpu(limit):.3f}")
+                one_caption_fraction = fraction if peer == "capeval-1cap" else one_caption_fraction
+    for mine, reference in (("capeval", "reference-batched"), ("capeval-1cap", "reference-batched-1cap")):
+        paths = [arguments.work_dir / "scores" / f"{name}.npy" for name in (mine, reference)]
+        if all(path.is_file() for path in paths):
+            ours, theirs = (np.load(path) for path in paths)
+            print(f"Per-item CLIP-S, {mine} vs {reference} ({arguments.device}): {int(np.sum(ours == theirs))} of "
+                  f"{len(ours)} equal, max |difference| {np.max(np.abs(ours - theirs)):.3g}")
+
     print("\nAcceptance:")
+    print(_verdict(f"host pipeline (model forward stubbed) >= {TARGET_HOST_ONLY_FRACTION} of the decode limit",
+                   None if host_fraction is None else f"{host_fraction:.3f}",
+                   host_fraction is not None and host_fraction >= TARGET_HOST_ONLY_FRACTION))
+    if arguments.device != "cpu":
+        versus_one = _ratio(results, "capeval-1cap", "reference-batched-1cap")
+        print(_verdict(f"on {arguments.device}: capeval >= {TARGET_GPU_ONE_CAPTION_VS_REFERENCE}x the clipscore.py loop, "
+                       "one caption per image", None if versus_one is None else f"{versus_one:.2f}x",
+                       versus_one is not None and versus_one >= TARGET_GPU_ONE_CAPTION_VS_REFERENCE))
+        print(_verdict(f"on {arguments.device}: capeval >= {TARGET_GPU_DECODE_FRACTION} of the decode limit, one "
+                       "caption per image", None if one_caption_fraction is None else f"{one_caption_fraction:.3f}",
+                       one_caption_fraction is not None and one_caption_fraction >= TARGET_GPU_DECODE_FRACTION))
+        versus_expert = _ratio(results, "capeval", "reference-batched")
+        print(_verdict(f"on {arguments.device}: capeval >= {TARGET_GPU_EXPERT_VS_REFERENCE}x the clipscore.py loop, "
+                       "Expert shape", None if versus_expert is None else f"{versus_expert:.2f}x",
+                       versus_expert is not None and versus_expert >= TARGET_GPU_EXPERT_VS_REFERENCE))
     expert, expert_cpu = _ratio(results, "capeval", "torchmetrics"), _ratio(results, "capeval", "torchmetrics", True)
     print(_verdict(f"capeval CLIP-S >= {TARGET_EXPERT_RATIO}x torchmetrics CLIPScore on the Expert shape",
                    _speed_up(expert, expert_cpu), expert is not None and expert >= TARGET_EXPERT_RATIO))
@@ -576,6 +764,12 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=1,
                         help="run every peer this many times and keep each peer's fastest run (loaded machines)")
     parser.add_argument("--json-out", type=Path, help="also write the raw results as JSON (updated after each peer)")
+    parser.add_argument("--device", default="cpu", help="device of every peer (cpu, cuda, cuda:1...)")
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "fp16", "bf16"],
+                        help="capeval's precision (auto: fp32 on the CPU, fp16 on CUDA as clip.load)")
+    parser.add_argument("--host-only", action="store_true",
+                        help="only capeval with the model forward stubbed out and the decode limit (peers "
+                             "decode-limit,capeval-host), for the host pipeline's fraction of the limit")
     parser.add_argument("--child", choices=sorted(PEERS), help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", type=Path, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
@@ -603,13 +797,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if arguments.child is not None:
         child_main(arguments.child, arguments)
         return
-    peers = list(PEERS) if arguments.peers is None else [name.strip() for name in arguments.peers.split(",")]
+    if arguments.peers is not None:
+        peers = [name.strip() for name in arguments.peers.split(",")]
+    else:
+        peers = HOST_ONLY_PEERS if arguments.host_only else list(PEERS)
     unknown = [name for name in peers if name not in PEERS]
     if unknown:
         raise SystemExit(f"unknown peers {unknown}; choose from {list(PEERS)}")
     if "capeval-ref-warm" in peers and peers.index("capeval-ref-warm") != peers.index("capeval-ref-cold") + 1:
         raise SystemExit("capeval-ref-warm must come right after capeval-ref-cold (which fills the cache)")
     model_dir = random_vit_b32_folder(arguments.work_dir)
+    scores_dir = arguments.work_dir / "scores"
+    shutil.rmtree(scores_dir, ignore_errors=True)
+    scores_dir.mkdir(parents=True)
     matmul = matmul_flops_per_second(arguments.threads)
     print(f"fp32 matmul: {matmul / 1e9:.1f} GFLOP/s", flush=True)
     results: Dict[str, PeerResult] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import warnings
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Union
@@ -69,6 +70,9 @@ class DiskCache:
                 warnings.warn(f"embedding cache {self.path} is unreadable ({error}); moved to {corrupt}, starting afresh")
                 self.path.replace(corrupt)
                 self._connection = self._open()
+            # a connection sits in a reference cycle with its statement cache, so only the cyclic garbage collector
+            # would free it, at any later time; close it as soon as this cache is gone instead
+            weakref.finalize(self, self._connection.close)
         return self._connection
 
     def _open(self) -> sqlite3.Connection:

@@ -52,6 +52,9 @@ class RowProducer(ABC, Generic[Item]):
         """One ``(len(batch), dim)`` array per batch of payloads, in order (may prepare the next batch meanwhile);
         a producer of ragged rows (read with :meth:`EmbeddingEngine.row_list`) yields a list of 1-D arrays."""
 
+    def abandon(self) -> None:
+        """Stop the work :meth:`encode` started for a request that will not be finished (default: none to stop)."""
+
 
 def fixed_size_batches(items: Mapping[str, Any], size: int) -> List[Batch]:
     """``items`` in their order, cut into batches of ``size`` (key, item) pairs."""
@@ -99,6 +102,13 @@ class EmbeddingEngine:
 
     def row_list(self, kind: str, items: Sequence[Any]) -> List[np.ndarray]:
         """One 1-D row per item of ``items`` (items with equal keys share their row); rows may differ in length."""
+        return self.request(kind, items).result()
+
+    def request(self, kind: str, items: Sequence[Any]) -> "RowRequest":
+        """Start computing the rows of ``items``: cache look-ups, planning and the start of this process's share of
+        the work (a producer whose ``encode`` starts preparing batches when called, such as image decoding in
+        worker processes, works while the caller does something else). :meth:`RowRequest.result` finishes;
+        every process must finish its requests in the same order."""
         producer = self.producers[kind]
         keys = [producer.key(item) for item in items]
         by_key: Dict[str, Any] = {}
@@ -116,29 +126,54 @@ class EmbeddingEngine:
         if self.state.num_processes > 1:
             union = set().union(*gather_object([missing]))
             missing = [key for key in unique if key in union]
-        if missing:
-            computed = self._compute_sharded(producer, producer.plan({key: by_key[key] for key in missing}))
-            self._memory[kind].put_many(computed)
-            table.update(computed)
-        return [table[key] for key in keys]
+        mine: List[Batch] = []
+        if missing:  # this process's share of the batches: every num_processes-th
+            batches = producer.plan({key: by_key[key] for key in missing})
+            mine = batches[self.state.process_index::self.state.num_processes]
+        encoded = producer.encode([[payload for _, payload in batch] for batch in mine]) if mine else iter(())
+        return RowRequest(self, producer, keys, table, mine, encoded, bool(missing))
 
-    def _compute_sharded(self, producer: RowProducer, batches: List[Batch]) -> Dict[str, np.ndarray]:
-        """Compute this process's share of ``batches`` (every ``num_processes``-th) and gather all rows everywhere."""
-        kind = producer.kind
-        rank, world = self.state.process_index, self.state.num_processes
-        mine = batches[rank::world]
-        computed: Dict[str, np.ndarray] = {}
-        with tqdm(total=sum(map(len, mine)), desc=f"encoding {kind}s", unit=kind, leave=False,
-                  disable=not self.progress or not self.state.is_local_main_process) as bar:
-            payloads = [[payload for _, payload in batch] for batch in mine]
-            for batch, features in zip(mine, producer.encode(payloads)):
-                computed.update(zip((key for key, _ in batch), features))
-                bar.update(len(batch))
+    def _store(self, kind: str, computed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Count and store this process's computed rows; every process's rows, gathered, in memory."""
         self.encoded[kind] += len(computed)
         disk = self._disk.get(kind)
         if disk is not None and computed:
             disk.put_many(computed)
-        if world > 1:
+        if self.state.num_processes > 1:
             for part in gather_object([computed]):
                 computed.update(part)
+        self._memory[kind].put_many(computed)
         return computed
+
+
+class RowRequest:
+    """Rows requested from an :class:`EmbeddingEngine`, being computed (see :meth:`EmbeddingEngine.request`)."""
+
+    def __init__(self, engine: EmbeddingEngine, producer: RowProducer, keys: List[str], table: Dict[str, np.ndarray],
+                 mine: List[Batch], encoded: Iterator[Sequence[np.ndarray]], gather: bool) -> None:
+        self._engine, self._producer, self._keys, self._table = engine, producer, keys, table
+        self._mine, self._encoded, self._gather = mine, encoded, gather
+
+    def result(self) -> List[np.ndarray]:
+        """One row per requested item, in order (this process's batches are run now, then rows are gathered)."""
+        engine, kind = self._engine, self._producer.kind
+        computed: Dict[str, np.ndarray] = {}
+        try:
+            with tqdm(total=sum(map(len, self._mine)), desc=f"encoding {kind}s", unit=kind, leave=False,
+                      disable=not engine.progress or not engine.state.is_local_main_process) as bar:
+                for features, batch in zip(self._encoded, self._mine):  # the producer's iterator runs to its end
+                    computed.update(zip((key for key, _ in batch), features))
+                    bar.update(len(batch))
+        except BaseException:
+            self.close()
+            raise
+        if self._gather:
+            self._table.update(engine._store(kind, computed))
+        return [self._table[key] for key in self._keys]
+
+    def close(self) -> None:
+        """Give this request up: stop the producer's work on it (called by :meth:`result` when it fails)."""
+        close = getattr(self._encoded, "close", None)
+        if close is not None:
+            close()
+        self._producer.abandon()

@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -260,34 +261,50 @@ def iter_scoring_items(
     image_iter, caption_iter = iter(images), iter(candidates)
     reference_iter = iter(references) if references is not None else None
     index = 0
-    while True:
-        chunk_images: List[Any] = []
-        chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
-        chunk_captions: List[str] = []
-        chunk_refs: List[Tuple[str, ...]] = []
-        start = index
-        while len(chunk_captions) < chunk_size:
-            image = next(image_iter, sentinel)
-            caption = next(caption_iter, sentinel)
-            refs = next(reference_iter, sentinel) if reference_iter is not None else None
-            ended = [name for name, value in (("images", image), ("candidates", caption), ("references", refs))
-                     if value is sentinel]
-            if ended:
-                if len(ended) < (3 if reference_iter is not None else 2):
-                    raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {index} items")
-                break
-            item = validate_image_entry(image, index)
-            if isinstance(item, ImageItem):
-                item = replace(item, data=chunk_data.setdefault(item.key, item.data))
-            chunk_images.append(item)
-            chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
-            if reference_iter is not None:
-                chunk_refs.append(validate_references(refs, index))
-            index += 1
-        if chunk_captions:
-            yield ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
-                               tuple(chunk_refs) if reference_iter is not None else None)
-        if len(chunk_captions) < chunk_size:
-            if index == 0:
-                raise InputError("no items to score: images and candidates are empty")
-            return
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capeval-validation") as pool:
+        while True:
+            raw: List[Tuple[object, object, object]] = []
+            start = index
+            while len(raw) < chunk_size:
+                image = next(image_iter, sentinel)
+                caption = next(caption_iter, sentinel)
+                refs = next(reference_iter, sentinel) if reference_iter is not None else None
+                ended = [name for name, value in (("images", image), ("candidates", caption), ("references", refs))
+                         if value is sentinel]
+                if ended:
+                    if len(ended) < (3 if reference_iter is not None else 2):
+                        raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {start + len(raw)} "
+                                         "items")
+                    break
+                raw.append((image, caption, refs))
+            # image entries are validated in threads (file reads and hashing release the GIL); errors are raised in
+            # item order, each item's image before its texts
+            validated = [pool.submit(validate_image_entry, image, start + i) for i, (image, _, _) in enumerate(raw)]
+            chunk_images: List[Any] = []
+            chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
+            chunk_captions: List[str] = []
+            chunk_refs: List[Tuple[str, ...]] = []
+            try:
+                for position, (_, caption, refs) in enumerate(raw):
+                    item = validated[position].result()
+                    validated[position] = None  # keep one copy of each distinct image's bytes, not one per item
+                    if isinstance(item, ImageItem):
+                        item = replace(item, data=chunk_data.setdefault(item.key, item.data))
+                    chunk_images.append(item)
+                    chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
+                    if reference_iter is not None:
+                        chunk_refs.append(validate_references(refs, index))
+                    index += 1
+            finally:
+                for future in validated:
+                    if future is not None:
+                        future.cancel()
+            del raw, validated
+            if chunk_captions:
+                yield ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
+                                   tuple(chunk_refs) if reference_iter is not None else None)
+            if len(chunk_captions) < chunk_size:
+                if index == 0:
+                    raise InputError("no items to score: images and candidates are empty")
+                return

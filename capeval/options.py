@@ -22,20 +22,23 @@ CHECKPOINT_SUFFIXES = frozenset({".pth", ".pt", ".bin", ".ckpt", ".tar", ".safet
 """File name endings of original (unconverted) checkpoints."""
 
 
-def check_positive_int(value: object, name: str, *, optional: bool = False) -> None:
-    """``value`` must be an integer (not a bool, not a string) of at least 1; ``None`` too when ``optional``."""
+def check_positive_int(value: object, name: str, *, optional: bool = False, minimum: int = 1) -> None:
+    """``value`` must be an integer (not a bool, not a string) of at least ``minimum`` (1, or 0); ``None`` too when
+    ``optional``."""
     if value is None and optional:
         return
+    kind = "a positive" if minimum == 1 else "a non-negative"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise InputError(f"{name} must be a positive integer, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value}")
+        raise InputError(f"{name} must be {kind} integer, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise InputError(f"{name} must be {kind} integer, got {value}")
 
 
 def check_scorer_options(**options: object) -> None:
-    """Check a scorer's numeric options by name: ``num_workers`` may be ``None``, the others must be given."""
+    """Check a scorer's numeric options by name: each may be ``None`` (the default for the device), ``num_workers``
+    may be 0 (decode in the scoring process), the others must be positive."""
     for name, value in options.items():
-        check_positive_int(value, name, optional=name == "num_workers")
+        check_positive_int(value, name, optional=True, minimum=0 if name == "num_workers" else 1)
 
 
 def available_devices() -> List[str]:

@@ -112,9 +112,14 @@ def save_torchscript_archive(model: clip.model.CLIP, path: Path) -> Path:
     return path
 
 
-def make_tiny_clip(arch: str, directory: Path) -> TinyClip:
-    """Build the tiny model of ``arch`` ("openai" / "openclip"), save its state dict and convert it."""
+def make_tiny_clip(arch: str, directory: Path, fp16_values: bool = False) -> TinyClip:
+    """Build the tiny model of ``arch`` ("openai" / "openclip"), save its state dict and convert it. ``fp16_values``:
+    every weight rounded to an fp16 value, as in the released OpenAI checkpoints (stored in fp16)."""
     model = build_tiny_openai_clip() if arch == "openai" else build_tiny_openclip()
+    if fp16_values:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.copy_(parameter.half().float())
     directory.mkdir(parents=True, exist_ok=True)
     checkpoint = save_state_dict(model, directory / f"tiny_{arch}.pt")
     hf_dir = convert_checkpoint(checkpoint, directory / f"tiny_{arch}_hf", arch=arch)

@@ -182,7 +182,7 @@ def test_missing_folder_and_checkpoint_file_as_model(tiny_openai_clip, tmp_path,
     ({"batch_size": "64"}, "batch_size must be a positive integer, got str '64'"),
     ({"text_batch_size": 0}, "text_batch_size must be a positive integer, got 0"),
     ({"chunk_size": 1.5}, "chunk_size must be a positive integer, got float 1.5"),
-    ({"num_workers": True}, "num_workers must be a positive integer, got bool True"),
+    ({"num_workers": True}, "num_workers must be a non-negative integer, got bool True"),
 ])
 def test_numeric_options_are_checked(tiny_openai_clip, options, message) -> None:
     with pytest.raises(InputError, match=f"^{re.escape(message)}$"):

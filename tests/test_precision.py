@@ -13,7 +13,8 @@ from PIL import Image
 
 from capeval import CLIPScore
 from capeval.inputs import validate_image
-from capeval.models.clip.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+from capeval.models.clip.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
+from checkpoints import make_tiny_clip
 from reference import PROMPT, reference_transform
 
 
@@ -72,6 +73,53 @@ def test_fp16_features_match_openai_clip_in_half_precision(tiny_openai_clip, fli
     # fp16 kernels differ in rounding between implementations: agreement to fp16 resolution, and fp16 is not fp32
     np.testing.assert_allclose(fp16, expected.astype(np.float64), rtol=0, atol=4e-3)
     assert fp16 != fp32
+
+
+def test_fp16_features_and_scores_equal_clip_load_fp16_model_bit_for_bit(tmp_path_factory, flickr,
+                                                                        capeval_test_device) -> None:
+    """With fp16-valued weights (as every released OpenAI checkpoint), capeval's fp16 image and text features equal
+    those of clip's fp16 model (``convert_weights``, as ``clip.load`` on CUDA) fed as clipscore.py feeds it: the
+    torchvision transform in float32 on the host, then ``.to(device)`` and the fp16 cast. So per-item CLIP-S does."""
+    paths, captions, _ = flickr
+    tiny = make_tiny_clip("openai", tmp_path_factory.mktemp("fp16_valued_clip"), fp16_values=True)
+    model = copy.deepcopy(tiny.model)
+    clip.model.convert_weights(model)
+    model = model.to(capeval_test_device)
+    transform = reference_transform(OPENAI_CLIP_MEAN, OPENAI_CLIP_STD)
+    with torch.no_grad():
+        pixels = torch.stack([transform(Image.open(p)) for p in paths]).to(capeval_test_device).to(torch.float16)
+        expected_images = model.encode_image(pixels).cpu().numpy()
+        tokens = clip.tokenize([PROMPT + c for c in captions], truncate=True).to(capeval_test_device)
+        expected_texts = model.encode_text(tokens).cpu().numpy()
+    scorer = CLIPScore(model=tiny.hf_dir, device=capeval_test_device, precision="fp16", batch_size=len(paths),
+                       text_batch_size=len(paths))
+    images = scorer.engine.image_features([validate_image(p, i) for i, p in enumerate(paths)])
+    texts = scorer.engine.text_features(scorer.backbone.text_transform.prepare(captions, PROMPT))
+    assert images.dtype == np.float16
+    np.testing.assert_array_equal(images, expected_images)
+    np.testing.assert_array_equal(texts, expected_texts)
+    expected_scores, _ = _script_arithmetic(expected_images, expected_texts, [expected_texts[:1]] * len(paths))
+    assert scorer.score(paths, captions)["clip_scores"] == [float(v) for v in expected_scores]
+
+
+def test_pixel_table_equals_torchvision_normalisation_then_cast() -> None:
+    """The look-up table gives, on any device, torchvision's float32 host normalisation, cast as the reference casts
+    it; CUDA's division by a Python scalar (a multiplication by the float32 reciprocal) would move fp16 values."""
+    from torchvision.transforms.functional import normalize, to_tensor
+
+    transform = ImageTransform()
+    array = np.random.default_rng(3).integers(0, 256, size=(2, 40, 40, 3), dtype=np.uint8)
+    array[0, 0, :3 * 256 // 40 + 1] = np.arange(256).repeat(3)[: (3 * 256 // 40 + 1) * 3].reshape(-1, 3)[: 40]
+    expected = torch.stack([normalize(to_tensor(Image.fromarray(a)), OPENAI_CLIP_MEAN, OPENAI_CLIP_STD) for a in array])
+    pixels = torch.from_numpy(array).permute(0, 3, 1, 2).contiguous()
+    assert torch.equal(transform.normalize_by_table(pixels, torch.float32), expected)
+    assert torch.equal(transform.normalize_by_table(pixels, torch.float16), expected.half())
+    values = torch.arange(256, dtype=torch.float32)
+    reciprocal = values * torch.tensor(1 / 255, dtype=torch.float32)
+    mean = torch.tensor(OPENAI_CLIP_MEAN).view(-1, 1)
+    std = torch.tensor(OPENAI_CLIP_STD).view(-1, 1)
+    moved = ((values.div(255) - mean) / std).half() != ((reciprocal - mean) / std).half()
+    assert int(moved.sum()) == 3  # the fp16 values of 3 (channel, value) pairs differ by one ulp
 
 
 def test_auto_precision_is_the_reference_codes_own_on_each_device(tiny_openai_clip) -> None:

@@ -7,6 +7,8 @@ adds corpus means and the signature, and warns once with the count of truncated 
 """
 from __future__ import annotations
 
+import queue
+import threading
 import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
@@ -17,6 +19,48 @@ from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWar
 from capeval.options import check_positive_int
 from capeval.runtime import DeviceLike, resolve_device, resolve_precision
 from capeval.version import __version__
+
+
+def validated_ahead(chunks: Iterator[ScoringItems]) -> Iterator[ScoringItems]:
+    """``chunks`` in order, each next one validated (files read, headers parsed, contents hashed) in a background
+    thread while the caller scores the current one. An error of a chunk is raised when that chunk is reached; the
+    thread stops when the caller stops iterating."""
+    handoff: "queue.Queue[Tuple[str, Any]]" = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def validate() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        handoff.put(("chunk", chunk), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            handoff.put(("end", None))
+        except BaseException as error:  # noqa: B902 - handed to the consumer, which raises it
+            handoff.put(("error", error))
+
+    thread = threading.Thread(target=validate, name="capeval-validation", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a pending put, then let the thread see the stop
+            try:
+                handoff.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
 
 
 class ScorerSpec(Protocol):
@@ -82,7 +126,7 @@ class Scorer(ABC):
             raise InputError(f"{self.spec.label} needs references: pass references=[[...], ...], one list per item")
         per_item: Dict[str, List[np.ndarray]] = {}
         self._truncated = []
-        for chunk in self._chunks(images, candidates, references):
+        for chunk in validated_ahead(self._chunks(images, candidates, references)):
             for name, values in self._score_chunk(chunk).items():
                 per_item.setdefault(name, []).append(values)
             del chunk  # release this chunk's images before the next one is read

@@ -17,7 +17,7 @@ from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
 from capeval.models.clip.loading import load_backbone
 from capeval.options import check_scorer_options
-from capeval.runtime import DeviceLike
+from capeval.runtime import DeviceLike, default_batch_size
 from capeval.scorers.base import Scorer
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -48,12 +48,14 @@ class EmbeddingScorer(Scorer):
         model: hub id or local folder of a converted CLIP model; the metric's default when ``None``.
         revision: hub revision; the pinned default for known models when ``None``.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
-        batch_size: images per forward pass (texts use ``text_batch_size``).
+        batch_size: images per forward pass (texts use ``text_batch_size``); when ``None``, 64 on the CPU and 256
+            on an accelerator (:func:`capeval.runtime.default_batch_size`).
         precision: ``"auto"`` (default): what the reference code runs at on that device, i.e. fp32 on CPU; on an
             accelerator fp16 for CLIP-S (``clip.load`` on CUDA) and fp32 for PAC-S (its code calls ``.float()``).
             ``"fp32"``; ``"fp16"`` (the published CLIP-S arithmetic: fp16 model and fp16 NumPy scoring); ``"bf16"``.
         cache_dir: folder of the on-disk embedding cache; none when ``None``.
-        num_workers: image loader threads.
+        num_workers: image decoding processes; ``None``: the CPUs of this process shared among the processes of
+            the machine; 0: decode in this process.
         chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
         progress: show progress bars.
     """
@@ -65,11 +67,11 @@ class EmbeddingScorer(Scorer):
         model: Optional[PathLike] = None,
         revision: Optional[str] = None,
         device: DeviceLike = None,
-        batch_size: int = 64,
+        batch_size: Optional[int] = None,
         precision: str = "auto",
         cache_dir: Optional[PathLike] = None,
         *,
-        text_batch_size: int = 64,
+        text_batch_size: Optional[int] = None,
         num_workers: Optional[int] = None,
         chunk_size: int = 1024,
         progress: bool = False,
@@ -78,8 +80,10 @@ class EmbeddingScorer(Scorer):
         super().__init__(device, precision, chunk_size=chunk_size)
         self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, self.device,
                                       self.precision)
-        self.engine = ClipEmbeddingEngine(self.backbone, image_batch_size=batch_size, text_batch_size=text_batch_size,
-                                          num_workers=num_workers, cache_dir=cache_dir, progress=progress)
+        default = default_batch_size(self.device)
+        self.engine = ClipEmbeddingEngine(
+            self.backbone, image_batch_size=batch_size or default, text_batch_size=text_batch_size or default,
+            num_workers=num_workers, cache_dir=cache_dir, progress=progress)
 
     @property
     def ref_metric_name(self) -> str:
@@ -95,16 +99,24 @@ class EmbeddingScorer(Scorer):
         return TruncationWarning(positions, self.backbone.text_transform.context_length)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
+        """Images are requested first, so that their decoding runs in the worker processes while the texts are
+        prepared, tokenised and encoded here; then the images go through the model."""
         text_transform = self.backbone.text_transform
-        raw = list(chunk.candidates)
-        counts: List[int] = []
-        for refs in chunk.references or ():
-            raw.extend(refs)
-            counts.append(len(refs))
-        texts = text_transform.prepare(raw, self.spec.prompt)
+        images = self.engine.request("image", chunk.images)
+        try:
+            raw = list(chunk.candidates)
+            counts: List[int] = []
+            for refs in chunk.references or ():
+                raw.extend(refs)
+                counts.append(len(refs))
+            texts = text_transform.prepare(raw, self.spec.prompt)
+            text_rows = self.engine.text_features(texts)
+        except BaseException:
+            images.close()
+            raise
         arithmetic = np.float16 if self.precision == "fp16" else np.float64
-        image_features = self.engine.image_features(chunk.images).astype(arithmetic)
-        text_features = self.engine.text_features(texts).astype(arithmetic)
+        image_features = np.stack(images.result()).astype(arithmetic)
+        text_features = text_rows.astype(arithmetic)
         candidates = text_features[: len(chunk)]
         scores = {self.spec.name: functional.clip_s(image_features, candidates, self.spec.weight)}
         if chunk.references is not None:

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer, CLIPModel
 
 from capeval.hub import ModelNotAvailableError, ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.clip.modeling import pooled_image_states, pooled_text_states
+from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
 
@@ -47,14 +47,14 @@ class Backbone:
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         """Projected image features (not normalised) of a uint8 batch ``(N, 3, H, W)``."""
-        values = self.image_transform.normalize(pixels.to(self.device, non_blocking=True)).to(self.dtype)
-        return self.model.visual_projection(pooled_image_states(self.model.vision_model, values))
+        values = self.image_transform.normalize_by_table(pixels.to(self.device, non_blocking=True), self.dtype)
+        return project(pooled_image_states(self.model.vision_model, values), self.model.visual_projection)
 
     @torch.inference_mode()
     def encode_texts(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Projected text features (not normalised), pooled at the first end token, of a zero-padded id batch."""
         pooled = pooled_text_states(self.model.text_model, token_ids.to(self.device), self.text_transform.end_token_id)
-        return self.model.text_projection(pooled)
+        return project(pooled, self.model.text_projection)
 
 
 def _image_transform(folder: Path) -> ImageTransform:

@@ -11,7 +11,12 @@ is computed, none in what is returned:
   activation runs in place, instead of allocating fresh tensors per operation;
 * query, key and value projections write into one buffer.
 
-Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py).
+Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py). In reduced precision
+(fp16, bf16) the computation follows OpenAI CLIP's fp16 model (``clip.load`` on CUDA) where transformers' rounds
+differently, so that fp16 features equal the reference's bit for bit (tests/test_precision.py): layer norms compute
+in float32 and round back (OpenAI's ``LayerNorm`` subclass), the projections multiply by a contiguous
+``(width, dim)`` matrix (OpenAI's ``x @ self.proj``, rounded unlike ``nn.Linear``'s transposed-weight product), and
+the last layer runs over every position (the first difference above does not apply).
 """
 from __future__ import annotations
 
@@ -24,7 +29,16 @@ from transformers.activations import QuickGELUActivation
 from transformers.models.clip.modeling_clip import CLIPEncoderLayer
 
 FORWARD_VERSION = "1"
-"""Changes whenever these forwards could return different floats; on-disk feature caches are keyed by it."""
+"""Changes whenever these forwards could return different floats in float32; on-disk feature caches are keyed by it
+(through :func:`forward_version`)."""
+REDUCED_PRECISION_FORWARD_VERSION = "2"
+"""The same for fp16 and bf16 (2: layer norms in float32, projections and the last layer as OpenAI CLIP computes
+them)."""
+
+
+def forward_version(dtype: torch.dtype) -> str:
+    """The version of these forwards' floats in ``dtype``."""
+    return FORWARD_VERSION if dtype == torch.float32 else REDUCED_PRECISION_FORWARD_VERSION
 
 
 @dataclass
@@ -41,6 +55,23 @@ class _Workspace:
         width, intermediate = layer.mlp.fc1.in_features, layer.mlp.fc1.out_features
         return cls(like.new_empty(3, rows, width), like.new_empty(rows, width),
                    like.new_empty(rows, intermediate), like.new_empty(rows, intermediate))
+
+
+def layer_norm(module: torch.nn.LayerNorm, inputs: torch.Tensor) -> torch.Tensor:
+    """``module(inputs)`` computed in float32 and rounded back to the input's dtype, as OpenAI CLIP's ``LayerNorm``
+    does under ``clip.load``'s fp16 model (a no-op difference in float32)."""
+    if inputs.dtype == torch.float32:
+        return module(inputs)
+    return F.layer_norm(inputs.float(), module.normalized_shape, module.weight.float(), module.bias.float(),
+                        module.eps).to(inputs.dtype)
+
+
+def project(features: torch.Tensor, projection: torch.nn.Linear) -> torch.Tensor:
+    """``projection(features)`` (bias-free): in float32 as ``nn.Linear``; in reduced precision as OpenAI CLIP's
+    ``features @ proj`` with ``proj`` the contiguous ``(width, dim)`` matrix."""
+    if features.dtype == torch.float32:
+        return projection(features)
+    return features @ projection.weight.t().contiguous()
 
 
 def _linear(inputs: torch.Tensor, module: torch.nn.Linear, out: torch.Tensor) -> torch.Tensor:
@@ -72,7 +103,7 @@ def _encoder_layer(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Wo
     batch, length, width = states.shape
     attention = layer.self_attn
     flat = states.view(batch * length, width)
-    normed = layer.layer_norm1(flat)
+    normed = layer_norm(layer.layer_norm1, flat)
     for index, projection in ((1, attention.k_proj), (2, attention.v_proj)):
         _linear(normed, projection, workspace.qkv[index])
     if rows is None:
@@ -87,7 +118,7 @@ def _encoder_layer(states: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Wo
                                               scale=attention.scale)
     attended = attended.transpose(1, 2).reshape(len(residual), width)
     residual.add_(_linear(attended, attention.out_proj, workspace.projected[: len(residual)]))
-    return residual.add_(_mlp_(layer.layer_norm2(residual), layer, workspace))
+    return residual.add_(_mlp_(layer_norm(layer.layer_norm2, residual), layer, workspace))
 
 
 def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool) -> _Workspace:
@@ -101,27 +132,33 @@ def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool)
 
 def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
             key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``."""
+    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``. In reduced
+    precision the last layer runs over every position, as the reference's fp16 model runs it: a matrix product's
+    rounding of one row can depend on how many rows are multiplied with it (measured: 1 image of 24 in fp16 on the
+    CPU)."""
     workspace = _run_layers(states, layers, causal)
-    return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
+    if states.dtype == torch.float32:
+        return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
+    _encoder_layer(states, layers[-1], workspace, causal)
+    return states[torch.arange(len(rows), device=states.device), rows]
 
 
 def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """``vision_model(pixel_values).pooler_output``: the post-layer-normed class token."""
-    states = vision_model.pre_layrnorm(vision_model.embeddings(pixel_values)).contiguous()
+    states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values)).contiguous()
     rows = torch.zeros(states.shape[0], dtype=torch.long, device=states.device)
     pooled = _encode(states, vision_model.encoder.layers, rows, causal=False, key_mask=None)
-    return vision_model.post_layernorm(pooled)
+    return layer_norm(vision_model.post_layernorm, pooled)
 
 
 def image_grid_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """``post_layernorm(vision_model(pixel_values).last_hidden_state)``: the post-layer-normed state of every vision
     token, class token first, shape ``(batch, 1 + patches, width)`` (row 0 is :func:`pooled_image_states`)."""
-    states = vision_model.pre_layrnorm(vision_model.embeddings(pixel_values)).contiguous()
+    states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values)).contiguous()
     layers = vision_model.encoder.layers
     workspace = _run_layers(states, layers, causal=False)
     _encoder_layer(states, layers[-1], workspace, causal=False)
-    return vision_model.post_layernorm(states)
+    return layer_norm(vision_model.post_layernorm, states)
 
 
 def end_token_rows(input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
@@ -163,4 +200,4 @@ def pooled_text_states_from_embeddings(text_model: torch.nn.Module, token_embedd
     positions = torch.arange(states.shape[1], device=states.device)
     key_mask = (positions[None, :] <= end_rows[:, None])[:, None, None, :]
     pooled = _encode(states, layers, end_rows, causal=True, key_mask=key_mask)
-    return text_model.final_layer_norm(pooled)
+    return layer_norm(text_model.final_layer_norm, pooled)

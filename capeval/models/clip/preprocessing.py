@@ -3,18 +3,22 @@
 Images follow the transform of the reference code (OpenAI CLIP / OpenCLIP / PAC-S): ``Resize(224, BICUBIC)`` on the
 shortest side with the long side ``int(224 * long / short)``, ``CenterCrop(224)`` with torchvision's half-to-even
 offset rounding, ``convert("RGB")`` *after* the crop, ``ToTensor`` and ``Normalize``. The PIL steps run in loader
-threads and produce uint8 tensors; :meth:`ImageTransform.normalize` does the float steps on the model's device with
-the same operations, in the same order and precision, as torchvision.
+processes and produce uint8 tensors, which travel to the model's device as they are. There
+:meth:`ImageTransform.normalize_by_table` looks each (channel, value) up in a table of the 768 possible results, made
+on the CPU by torchvision's own float32 operations and cast to the model's dtype, as the reference casts its host
+tensor. Computing the division on the device instead would not be the same: CUDA divides by a Python scalar as a
+multiplication by its float32 reciprocal, which moves 3 of the 768 values by one fp16 ulp.
 
 Text follows OpenAI's tokenizer: ftfy, HTML unescaped twice, whitespace collapsed, lower-cased, start token + at most
 75 BPE tokens + end token (the end token survives truncation), features pooled at the end token.
 """
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import ftfy
 import numpy as np
@@ -57,11 +61,25 @@ class ImageTransform:
         return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
 
     def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``ToTensor`` scaling and ``Normalize`` of a uint8 batch ``(N, 3, H, W)``, in float32 as torchvision does."""
+        """``ToTensor`` scaling and ``Normalize`` of a uint8 batch ``(N, 3, H, W)``, in float32 as torchvision does
+        (on the CPU: see the module docstring for why not elsewhere)."""
         values = pixels.to(torch.float32).div(255)
         mean = torch.as_tensor(self.mean, dtype=torch.float32, device=values.device).view(-1, 1, 1)
         std = torch.as_tensor(self.std, dtype=torch.float32, device=values.device).view(-1, 1, 1)
         return values.sub_(mean).div_(std)
+
+    @functools.lru_cache(maxsize=8)
+    def normalized_table(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """``normalize`` of every uint8 value of every channel, computed on the CPU and cast to ``dtype``, on
+        ``device``: a flat ``(3 * 256,)`` table, channel-major."""
+        values = torch.arange(256, dtype=torch.uint8).expand(1, 3, 1, 256)
+        return self.normalize(values).to(dtype).reshape(-1).to(device)
+
+    def normalize_by_table(self, pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``normalize(pixels.cpu()).to(dtype)`` on ``pixels``' device, bit for bit, by table look-up."""
+        table = self.normalized_table(dtype, pixels.device)
+        offsets = torch.arange(0, table.numel(), 256, device=pixels.device).view(1, -1, 1, 1)
+        return torch.take(table, pixels.long() + offsets)
 
 
 _WHITESPACE = re.compile(r"\s+")
@@ -103,9 +121,10 @@ class TextTransform:
         return [text in cut for text in prepared]
 
 
-def pad_token_ids(ids: Sequence[Sequence[int]]) -> torch.Tensor:
-    """Zero-pad token id lists to the longest one (as ``clip.tokenize`` pads; pooling uses the first end token)."""
-    batch = torch.zeros(len(ids), max(len(tokens) for tokens in ids), dtype=torch.long)
+def pad_token_ids(ids: Sequence[Sequence[int]], length: Optional[int] = None) -> torch.Tensor:
+    """Zero-pad token id lists to ``length``, or to the longest one when ``None`` (zeros as ``clip.tokenize`` pads;
+    pooling uses the first end token)."""
+    batch = torch.zeros(len(ids), length or max(len(tokens) for tokens in ids), dtype=torch.long)
     for row, tokens in enumerate(ids):
         batch[row, : len(tokens)] = torch.as_tensor(tokens, dtype=torch.long)
     return batch
