@@ -249,8 +249,7 @@ class TIGErScore(Scorer):
         if self._extractor is None:
             self._extractor = self._load_extractor()
         if isinstance(self._extractor, RegionExtractor):
-            regions = [RegionFeatures(found.features, found.boxes, found.image_size)
-                       for found in self._extractor.detections(items)]
+            regions = self._extractor.region_features(items)
         else:
             regions = self._extractor([item.open() for item in items])
             if len(regions) != len(items):

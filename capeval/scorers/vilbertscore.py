@@ -137,8 +137,7 @@ class ViLBERTScore(Scorer):
             detector = DETECTORS["x152-fpn"]
             self.regions = RegionExtractor(detector.load(device=self.device), detector.settings)
         if isinstance(self.regions, RegionExtractor):
-            found = self.regions.detections([validate_image(entry, index)])[0]
-            return RegionFeatures(found.features, found.boxes, found.image_size)
+            return self.regions.region_features([validate_image(entry, index)])[0]
         try:
             regions = self.regions(entry)
         except InputError as error:

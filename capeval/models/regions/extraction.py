@@ -88,7 +88,10 @@ class RegionExtractor:
 
     def __call__(self, images: Iterable[ImageInput]) -> List[RegionFeatures]:
         """Region features (features, boxes, image size) of each image, validated one by one."""
-        items = [validate_image(image, index) for index, image in enumerate(images)]
+        return self.region_features([validate_image(image, index) for index, image in enumerate(images)])
+
+    def region_features(self, items: Sequence[ImageItem]) -> List[RegionFeatures]:
+        """The :class:`RegionFeatures` (features, boxes, image size) of each validated image."""
         return [RegionFeatures(d.features, d.boxes, d.image_size) for d in self.detections(items)]
 
     def detections(self, items: Sequence[ImageItem]) -> List[Detections]:
