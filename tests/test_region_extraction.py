@@ -19,7 +19,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from capeval.cache import DiskCache
-from capeval.inputs import InputError, ImageItem, validate_image
+from capeval.inputs import InputError, validate_image
 from capeval.models.regions import extraction
 from capeval.models.regions.configuration import BottomUpConfig, ExtractionSettings
 from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
