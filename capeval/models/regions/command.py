@@ -76,5 +76,6 @@ def run(args: argparse.Namespace) -> int:
     extractor = RegionExtractor(spec.load(args.model, device=device), settings, batch_size=args.batch_size,
                                 cache_dir=args.cache_dir)
     detected = extract_to_file(extractor, images, args.out)
-    print(f"wrote {args.out}: {len(images)} images ({detected} detected now)")
+    if extractor.engine.state.is_main_process:
+        print(f"wrote {args.out}: {len(images)} images ({detected} detected now)")
     return 0

@@ -1,10 +1,14 @@
-"""Region features at scale: batched, cached per image content, and written to a resumable ``.npz`` file.
+"""Region features at scale: detections as rows of the shared :class:`~capeval.engine.EmbeddingEngine`, and a
+resumable ``.npz`` file of them.
 
-:class:`RegionExtractor` turns images into :class:`RegionFeatures` (what TIGEr reads) or full :class:`Detections`.
-Each distinct image (by content hash) runs through the detector once per model and settings: rows come from the
-in-memory cache, then the on-disk cache (``cache_dir``), and only the rest are detected. Images are batched only
-with images of the same network input size (and the same size before padding), so each result equals the image's
-result alone.
+:class:`RegionExtractor` turns images into :class:`RegionFeatures` (what TIGEr and ViLBERTScore read) or full
+:class:`Detections`. Its :class:`DetectionRows` producer makes each distinct image (by content hash) one engine row
+per detector and settings, so the engine serves it from memory, then from the on-disk cache (``cache_dir``), and
+runs only the rest through the detector, in batches dealt out over the processes of ``accelerate launch``. Images
+are batched only with images of the same size after resizing (hence the same network input size), so each result
+equals the image's result alone. A row is the detections packed into float32 (:func:`pack_detections`); its on-disk
+namespace is ``regions-`` and a digest of the detector fingerprint, :data:`EXTRACTION_VERSION` and the settings, the
+namespace and layout of the caches written before detections went through the engine, which stay valid.
 
 The ``.npz`` file holds one key per image id; its value is a 0-d structured array with fields ``features`` (K, D)
 float32, ``boxes`` (K, 4) float32 in original pixels, ``image_size`` (width, height), ``scores``, ``object_ids``,
@@ -14,32 +18,33 @@ the ``num_boxes`` of vilbert-multi-task's feature files) and ``content_hash``. R
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import warnings
 import zipfile
-from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 import torch
+from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
-from capeval.cache import DiskCache, MemoryCache
+from capeval.engine import Batch, EmbeddingEngine, RowProducer
 from capeval.inputs import ImageInput, ImageItem, InputError, validate_image
 from capeval.models.regions.configuration import ExtractionSettings
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
-from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, preprocess
+from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, header_size, preprocess, resized_size
 
 EXTRACTION_VERSION = "1"
 """Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused."""
 
 _PER_REGION = ("scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
+
+Detector = Union[BottomUpDetector, X152FpnDetector]
 
 
 def pack_detections(detections: Detections) -> np.ndarray:
@@ -62,11 +67,57 @@ def unpack_detections(row: np.ndarray) -> Detections:
                       features=row[boxes_end:features_end].reshape(count, dim).copy(), image_size=size, **values)
 
 
-class RegionExtractor:
-    """Cached, batched region extraction with one detector and one :class:`ExtractionSettings`."""
+class DetectionRows(RowProducer[ImageItem]):
+    """Kept regions of validated images, keyed by content hash: one packed row (:func:`pack_detections`) each, of a
+    length that depends on the number of regions (read with :meth:`EmbeddingEngine.row_list`)."""
 
-    def __init__(self, detector: Union[BottomUpDetector, X152FpnDetector],
-                 settings: ExtractionSettings = ExtractionSettings(), *,
+    kind = "regions"
+
+    def __init__(self, detector: Detector, settings: ExtractionSettings, batch_size: int) -> None:
+        self.detector, self.settings, self.batch_size = detector, settings, batch_size
+        self.device = next(detector.parameters()).device
+
+    def key(self, item: ImageItem) -> str:
+        return item.key
+
+    def cache_key(self) -> str:
+        return f"{self.detector.fingerprint}|{EXTRACTION_VERSION}|{self.settings.signature()}"
+
+    def plan(self, items: Mapping[str, ImageItem]) -> List[Batch]:
+        """Images in order, grouped by their resized (height, width) read from the headers: a group is a batch once
+        it holds ``batch_size`` images, and the groups left at the end are batches. Payload: (item, resized size)."""
+        pending: Dict[Tuple[int, int], Batch] = {}
+        batches: List[Batch] = []
+        for key, item in items.items():
+            size = resized_size(*header_size(item), self.detector.config, self.settings.preprocessing)
+            group = pending.setdefault(size, [])
+            group.append((key, (item, size)))
+            if len(group) == self.batch_size:
+                batches.append(pending.pop(size))
+        return batches + list(pending.values())
+
+    def encode(self, batches: List[List[Tuple[ImageItem, Tuple[int, int]]]]) -> Iterator[List[np.ndarray]]:
+        config = self.detector.config
+        for batch in batches:
+            images = [self._preprocessed(item, size) for item, size in batch]
+            height, width = images[0].content_size
+            regions = self.detector(torch.stack([image.pixels for image in images]), height, width)
+            yield [pack_detections(select_regions(result, image, config, self.settings))
+                   for image, result in zip(images, regions)]
+
+    def _preprocessed(self, item: ImageItem, size: Tuple[int, int]) -> ResizedImage:
+        image = preprocess(decode_rgb(item), self.detector.config, self.settings.preprocessing, self.device)
+        if image.content_size != size:  # batches were planned from header sizes: batch-mates must share this one
+            raise InputError(f"images[{item.index}] ({item.label}) decodes to another size than its header states")
+        return image
+
+
+class RegionExtractor:
+    """Region extraction with one detector and one :class:`ExtractionSettings`, through its own engine
+    (``self.engine``: memory cache of ``memory_cache_bytes``, optional on-disk cache in ``cache_dir``, batches of up
+    to ``batch_size`` images, sharded under ``accelerate launch``)."""
+
+    def __init__(self, detector: Detector, settings: ExtractionSettings = ExtractionSettings(), *,
                  batch_size: int = 4, cache_dir: Union[str, "os.PathLike[str]", None] = None,
                  memory_cache_bytes: int = 256 << 20, progress: bool = False) -> None:
         if batch_size < 1:
@@ -74,17 +125,19 @@ class RegionExtractor:
         self.detector = detector
         self.settings = settings
         self.batch_size = batch_size
-        self.progress = progress
-        self.device = next(detector.parameters()).device
-        self._memory = MemoryCache(memory_cache_bytes)
-        self._disk = DiskCache(cache_dir, self.cache_namespace()) if cache_dir is not None else None
-        self.detected = 0
-        """How many images this extractor has run through the detector (for tests and reports)."""
+        producer = DetectionRows(detector, settings, batch_size)
+        self.device = producer.device
+        self.engine = EmbeddingEngine([producer], cache_dir=cache_dir, memory_cache_bytes=memory_cache_bytes,
+                                      progress=progress)
+
+    @property
+    def detected(self) -> int:
+        """How many images this extractor has run through the detector (in this process; for tests and reports)."""
+        return self.engine.encoded[DetectionRows.kind]
 
     def cache_namespace(self) -> str:
         """Model fingerprint, extraction version and settings: a changed model or setting never meets old rows."""
-        text = f"{self.detector.fingerprint}|{EXTRACTION_VERSION}|{self.settings.signature()}"
-        return "regions-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        return self.engine.cache_namespace(DetectionRows.kind)
 
     def __call__(self, images: Iterable[ImageInput]) -> List[RegionFeatures]:
         """Region features (features, boxes, image size) of each image, validated one by one."""
@@ -96,55 +149,12 @@ class RegionExtractor:
 
     def detections(self, items: Sequence[ImageItem]) -> List[Detections]:
         """Kept regions of each item; duplicates (same content) share one detection."""
-        rows = self._memory.get_many(item.key for item in items)
-        missing = list({item.key: item for item in items if item.key not in rows}.values())
-        if missing and self._disk is not None:
-            found = self._disk.get_many([item.key for item in missing])
-            rows.update(found)
-            self._memory.put_many(found)
-            missing = [item for item in missing if item.key not in found]
-        for batch_rows in self._detect(missing):
-            rows.update(batch_rows)
-            self._memory.put_many(batch_rows)
-            if self._disk is not None:
-                self._disk.put_many(batch_rows)
-        results = [unpack_detections(rows[item.key]) for item in items]
+        results = [unpack_detections(row) for row in self.engine.row_list(DetectionRows.kind, items)]
         short = [item.index for item, result in zip(items, results) if result.features.shape[0] < self.settings.min_boxes]
         if short:
             warnings.warn(f"{len(short)} image(s) gave fewer than {self.settings.min_boxes} regions (the detector "
                           f"proposed fewer, e.g. a tiny image); their results hold every region kept: images {short[:10]}")
         return results
-
-    def _detect(self, items: Sequence[ImageItem]) -> Iterator[Dict[str, np.ndarray]]:
-        """Detect ``items`` in batches of equal input size; yields packed rows keyed by content hash per batch."""
-        if not items:
-            return
-        config, mode = self.detector.config, self.settings.preprocessing
-        pending: Dict[Tuple[Tuple[int, int], Tuple[int, int]], List[Tuple[ImageItem, ResizedImage]]] = \
-            defaultdict(list)
-        bar = tqdm(total=len(items), unit="image", desc="regions", disable=not self.progress)
-        try:
-            for item in items:
-                image = preprocess(decode_rgb(item), config, mode, self.device)
-                key = (image.size, image.content_size)
-                group = pending[key]
-                group.append((item, image))
-                if len(group) == self.batch_size:
-                    yield self._run(pending.pop(key))
-                    bar.update(self.batch_size)
-            for group in pending.values():
-                yield self._run(group)
-                bar.update(len(group))
-        finally:
-            bar.close()
-
-    def _run(self, group: List[Tuple[ImageItem, ResizedImage]]) -> Dict[str, np.ndarray]:
-        height, width = group[0][1].content_size
-        pixels = torch.stack([image.pixels for _, image in group])
-        regions = self.detector(pixels, height, width)
-        self.detected += len(group)
-        return {item.key: pack_detections(select_regions(result, image, self.detector.config, self.settings))
-                for (item, image), result in zip(group, regions)}
 
 
 def _record(detections: Detections, content_hash: str) -> np.ndarray:
@@ -178,28 +188,43 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
 
     Resumable: ids already in ``out`` are skipped, and each finished image is first saved as
     ``<out>.parts/<id>.npy`` (atomic rename), so an interrupted run loses at most the chunk in flight. At the end
-    the parts and the previous file are packed into a new ``out`` that replaces the old one atomically.
+    the parts and the previous file are packed into a new ``out`` that replaces the old one atomically. Under
+    ``accelerate launch`` (``out`` on a file system every process sees) the processes share the detection work and
+    the main process writes; the count returned is that of all processes.
     """
     out = Path(out)
+    state = extractor.engine.state
     parts = out.with_name(out.name + ".parts")
     parts.mkdir(parents=True, exist_ok=True)
     done = _stored_ids(out) | {p.stem for p in parts.glob("*.npy")}
     todo = [(image_id, path) for image_id, path in images.items() if image_id not in done]
+    state.wait_for_everyone()  # every process has listed the same ids as done before the main process writes
     detected_before = extractor.detected
-    bar = tqdm(total=len(images), initial=len(images) - len(todo), unit="image", desc="regions")
+    bar = tqdm(total=len(images), initial=len(images) - len(todo), unit="image", desc="regions",
+               disable=not state.is_main_process)
     for start in range(0, len(todo), chunk_size):
         chunk = todo[start:start + chunk_size]
         items = []
         for image_id, path in chunk:
             item = validate_image(path, start + len(items))
             items.append(ImageItem(item.index, item.key, item.data, f"{image_id} ({path})"))
-        for (image_id, _), item, detections in zip(chunk, items, extractor.detections(items)):
-            temporary = parts / f"{image_id}.npy.tmp"
-            with open(temporary, "wb") as handle:
-                np.lib.format.write_array(handle, _record(detections, item.key), allow_pickle=False)
-            os.replace(temporary, parts / f"{image_id}.npy")
+        detections = extractor.detections(items)
+        if state.is_main_process:
+            for (image_id, _), item, detection in zip(chunk, items, detections):
+                temporary = parts / f"{image_id}.npy.tmp"
+                with open(temporary, "wb") as handle:
+                    np.lib.format.write_array(handle, _record(detection, item.key), allow_pickle=False)
+                os.replace(temporary, parts / f"{image_id}.npy")
         bar.update(len(chunk))
     bar.close()
+    if state.is_main_process:
+        _pack(out, parts)
+    state.wait_for_everyone()
+    return sum(gather_object([extractor.detected - detected_before]))
+
+
+def _pack(out: Path, parts: Path) -> None:
+    """Replace ``out`` by a file holding its entries and those of the ``parts`` folder, which is then removed."""
     stored = _stored_ids(out)
     packed = out.with_name(out.name + ".tmp")
     with zipfile.ZipFile(packed, "w", allowZip64=True) as archive:
@@ -212,4 +237,3 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
                 archive.write(part, part.name)
     os.replace(packed, out)
     shutil.rmtree(parts)
-    return extractor.detected - detected_before

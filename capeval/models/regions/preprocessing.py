@@ -12,11 +12,13 @@ which takes its ratio from the output size: the two agree only when ``side * sca
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.nn import functional as F
 
 from capeval.inputs import InputError, ImageItem
@@ -41,6 +43,16 @@ def decode_rgb(item: ImageItem) -> np.ndarray:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except Exception as error:  # truncated data can surface only when pixels are read
         raise InputError(f"images[{item.index}] ({item.label}) could not be decoded: {error}") from None
+
+
+def header_size(item: ImageItem) -> Tuple[int, int]:
+    """(height, width) of an image as its header states it, read without decoding the pixels."""
+    if isinstance(item.data, Image.Image):
+        width, height = item.data.size
+    else:
+        with Image.open(io.BytesIO(item.data)) as image:
+            width, height = image.size
+    return height, width
 
 
 @dataclass(frozen=True)
@@ -90,10 +102,15 @@ def _linear_taps(in_size: int, out_size: int, scale: float, device: torch.device
             torch.from_numpy(np.float32(1.0) - fraction).to(device), torch.from_numpy(fraction).to(device))
 
 
+def cv2_resized_size(height: int, width: int, scale: float) -> Tuple[int, int]:
+    """(height, width) that ``cv2.resize(fx=scale, fy=scale)`` gives: each side ``round(side * scale)``."""
+    return int(round(height * scale)), int(round(width * scale))
+
+
 def cv2_linear_resize(image: torch.Tensor, scale: float) -> torch.Tensor:
     """(C, H, W) float32 resized by ``scale`` as ``cv2.resize(fx=scale, fy=scale, INTER_LINEAR)`` does."""
     _, height, width = image.shape
-    out_height, out_width = int(round(height * scale)), int(round(width * scale))
+    out_height, out_width = cv2_resized_size(height, width, scale)
     x0, x1, wx0, wx1 = _linear_taps(width, out_width, scale, image.device)
     y0, y1, wy0, wy1 = _linear_taps(height, out_height, scale, image.device)
     rows = image[:, :, x0] * wx0 + image[:, :, x1] * wx1
@@ -113,6 +130,14 @@ def lxmert_size(height: int, width: int, config: ResNetConfig) -> Tuple[int, int
         cap = config.max_size_test * 1.0 / max(new_height, new_width)
         new_height, new_width = new_height * cap, new_width * cap
     return int(new_height + 0.5), int(new_width + 0.5)
+
+
+def resized_size(height: int, width: int, config: ResNetConfig, mode: str) -> Tuple[int, int]:
+    """(height, width) of a ``height`` x ``width`` image resized for the network in ``mode``, before padding: the
+    ``content_size`` :func:`preprocess` gives, known without the pixels."""
+    if mode == "caffe":
+        return cv2_resized_size(height, width, caffe_scale(height, width, config))
+    return lxmert_size(height, width, config)
 
 
 def pad_to_multiple(pixels: torch.Tensor, divisor: int) -> torch.Tensor:
