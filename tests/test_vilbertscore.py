@@ -96,6 +96,29 @@ def test_images_go_through_the_detector_loaded_on_first_need(model_folder, regio
     assert loads == [None]  # the default detector, asked for once an image needs it
 
 
+def test_default_detector_caches_its_regions_in_the_cache_folder(model_folder, regions, monkeypatch, tmp_path):
+    from capeval.models.regions.detectors import DETECTORS
+    from capeval.scorers import vilbertscore
+
+    made = []
+
+    class RecordingExtractor:
+        def __init__(self, detector, settings, **options):
+            made.append((detector, settings, options))
+
+        def region_features(self, items):
+            return [regions[0] for _ in items]
+
+    monkeypatch.setattr(type(DETECTORS["x152-fpn"]), "load", lambda self, *args, **kwargs: "x152-fpn detector")
+    monkeypatch.setattr(vilbertscore, "RegionExtractor", RecordingExtractor)
+    image = tmp_path / "photo.png"
+    Image.new("RGB", (32, 24)).save(image)
+    scorer = capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path / "cache")
+    result = scorer.score([image, regions[0]], ["a dog", "a dog"], [["a cat"], ["a cat"]])
+    assert made == [("x152-fpn detector", DETECTORS["x152-fpn"].settings, {"cache_dir": tmp_path / "cache"})]
+    assert result["vilbert_f1s"][0] == result["vilbert_f1s"][1]
+
+
 def test_images_use_the_regions_hook(model_folder, regions):
     calls = []
 
