@@ -49,6 +49,11 @@ class MemoryCache:
         return len(self._rows)
 
 
+def text_key(text: str) -> str:
+    """Cache key of a text: a digest of its UTF-8 bytes (short, whatever the text's length)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
 def _row_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 

@@ -1,8 +1,9 @@
 """capeval.ViLBERTScore end to end on the tiny converted ViLBERT: the original's goldens, reference counts, batching,
-the regions hook and bad input (tests/data/vilbert/NOTE.md)."""
+the regions hook, bad input (tests/data/vilbert/NOTE.md), and its text states in the engine's caches and processes."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 from typing import Dict, List
@@ -10,6 +11,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 from PIL import Image
+from safetensors.torch import load_file, save_file
 
 import capeval
 from capeval import InputError, RegionFeatures
@@ -92,6 +94,29 @@ def test_images_go_through_the_detector_loaded_on_first_need(model_folder, regio
     with pytest.raises(capeval.ModelNotAvailableError, match="no detector here"):
         scorer.score([regions[0], image], ["a dog", "a cat"], [["a dog"], ["a cat"]])
     assert loads == [None]  # the default detector, asked for once an image needs it
+
+
+def test_default_detector_caches_its_regions_in_the_cache_folder(model_folder, regions, monkeypatch, tmp_path):
+    from capeval.models.regions.detectors import DETECTORS
+    from capeval.scorers import vilbertscore
+
+    made = []
+
+    class RecordingExtractor:
+        def __init__(self, detector, settings, **options):
+            made.append((detector, settings, options))
+
+        def region_features(self, items):
+            return [regions[0] for _ in items]
+
+    monkeypatch.setattr(type(DETECTORS["x152-fpn"]), "load", lambda self, *args, **kwargs: "x152-fpn detector")
+    monkeypatch.setattr(vilbertscore, "RegionExtractor", RecordingExtractor)
+    image = tmp_path / "photo.png"
+    Image.new("RGB", (32, 24)).save(image)
+    scorer = capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path / "cache")
+    result = scorer.score([image, regions[0]], ["a dog", "a dog"], [["a cat"], ["a cat"]])
+    assert made == [("x152-fpn detector", DETECTORS["x152-fpn"].settings, {"cache_dir": tmp_path / "cache"})]
+    assert result["vilbert_f1s"][0] == result["vilbert_f1s"][1]
 
 
 def test_images_use_the_regions_hook(model_folder, regions):
@@ -195,3 +220,166 @@ def test_evaluate_module_and_space_equal_the_scorer(model_folder, items, regions
     single = app.score_caption(str(tmp_path / "one.npz"), candidates[1], "\n".join(references[1]) + "\n\n",
                                model=str(model_folder))
     assert single["vilbert_f1"] == pytest.approx(expected["vilbert_f1s"][1], abs=1e-7)
+
+
+def distinct_pairs(regions: List[RegionFeatures], candidates: List[str], references: List[List[str]]) -> int:
+    """(image regions, text) pairs that need text states, each counted once."""
+    return len({(entry.content_key(), text) for entry, candidate, refs in zip(regions, candidates, references)
+                for text in (candidate, *refs)})
+
+
+def test_disk_cache_gives_bit_identical_scores_and_a_warm_run_encodes_nothing(model_folder, items, regions, tmp_path):
+    candidates, references = [item["candidate"] for item in items], [item["references"] for item in items]
+    uncached = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4).score(
+        regions, candidates, references)
+    cold = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4, cache_dir=tmp_path)
+    assert cold.score(regions, candidates, references) == uncached
+    assert cold.engine.encoded == {"vilbert_text": distinct_pairs(regions, candidates, references)}
+    warm = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4, cache_dir=tmp_path)
+    assert warm.score(regions, candidates, references) == uncached
+    assert warm.engine.encoded == {"vilbert_text": 0}
+    # a candidate sweep over the same references: only the new candidates are encoded
+    sweep = warm.score(regions, [f"{candidate} again" for candidate in candidates], references)
+    assert warm.engine.encoded == {"vilbert_text": len(items)}
+    assert sweep["vilbert_f1s"] != uncached["vilbert_f1s"]
+
+
+def test_duplicates_are_encoded_once_and_score_as_alone(model_folder, items, regions):
+    candidates, references = [item["candidate"] for item in items], [item["references"] for item in items]
+    alone = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4).score(
+        regions, candidates, references)
+    order = list(range(len(items))) + [3, 0, 3, 9]
+    # the repeated regions are copies: equal content shares rows whatever object holds it
+    copies = [RegionFeatures(regions[i].features.copy(), regions[i].boxes.copy(), regions[i].image_size)
+              for i in order[len(items):]]
+    repeated = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4)
+    result = repeated.score([*regions, *copies], [candidates[i] for i in order], [references[i] for i in order])
+    assert repeated.engine.encoded == {"vilbert_text": distinct_pairs(regions, candidates, references)}
+    for name in ("vilbert_precisions", "vilbert_recalls", "vilbert_f1s"):
+        assert result[name] == [alone[name][i] for i in order]
+
+
+def test_cached_rows_are_keyed_by_region_content_and_text(model_folder, items, regions, tmp_path):
+    candidates, references = [item["candidate"] for item in items[:3]], [item["references"] for item in items[:3]]
+    capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path).score(
+        regions[:3], candidates, references)
+    good = regions[1]
+    moved_box = good.boxes.copy()
+    moved_box[7, 2] -= 1.0
+    features = good.features.copy()
+    features[5, 3] += 1e-3
+    for changed in (RegionFeatures(features, good.boxes, good.image_size),
+                    RegionFeatures(good.features, moved_box, good.image_size),
+                    RegionFeatures(good.features, good.boxes, (good.image_size[0] + 1, good.image_size[1]))):
+        again = capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path)
+        again.score([regions[0], changed, regions[2]], candidates, references)
+        assert again.engine.encoded == {"vilbert_text": 1 + len(references[1])}  # only the changed image's texts
+    again = capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path)
+    again.score(regions[:3], [candidates[0], candidates[1] + ".", candidates[2]], references)
+    assert again.engine.encoded == {"vilbert_text": 1}
+
+
+@pytest.mark.parametrize("setting", [{"layer": -2}, {"task_id": 3}, {"precision": "bf16"}, "STATES_VERSION",
+                                     "model"])
+def test_disk_cache_never_serves_rows_of_other_settings(model_folder, items, regions, tmp_path, monkeypatch, setting):
+    inputs = (regions[:2], [item["candidate"] for item in items[:2]], [item["references"] for item in items[:2]])
+    pairs = distinct_pairs(*inputs)
+    capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path / "cache").score(*inputs)
+    options = {"model": str(model_folder), "device": "cpu", "cache_dir": tmp_path / "cache"}
+    if setting == "STATES_VERSION":
+        monkeypatch.setattr("capeval.models.vilbert.encoders.STATES_VERSION", "changed")
+    elif setting == "model":
+        changed = tmp_path / "changed"
+        shutil.copytree(model_folder, changed)
+        weights = load_file(changed / "model.safetensors")
+        name = next(key for key in weights if key.endswith("embeddings.word_embeddings.weight"))
+        weights[name] = weights[name] * 1.5
+        save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
+        options["model"] = str(changed)
+    else:
+        options.update(setting)
+    other = capeval.ViLBERTScore(**options)
+    other.score(*inputs)
+    assert other.engine.encoded == {"vilbert_text": pairs}
+
+
+def test_command_line_and_evaluate_module_pass_the_cache_folder(model_folder, items, regions, scorer, tmp_path,
+                                                                monkeypatch):
+    import evaluate
+
+    from capeval.cli import main
+    from capeval.models.vilbert.encoders import TextStates
+
+    chosen = {"img2": 2, "img8": 8}
+    write_region_file(tmp_path / "regions.npz", {key: regions[index] for key, index in chosen.items()})
+    (tmp_path / "candidates.json").write_text(json.dumps({key: items[i]["candidate"] for key, i in chosen.items()}))
+    (tmp_path / "references.json").write_text(json.dumps({key: items[i]["references"] for key, i in chosen.items()}))
+    command = ["score", "--metric", "vilbertscore", "--regions", str(tmp_path / "regions.npz"),
+               "--candidates", str(tmp_path / "candidates.json"), "--references", str(tmp_path / "references.json"),
+               "--model", str(model_folder), "--device", "cpu", "--cache-dir", str(tmp_path / "cache")]
+    assert main([*command, "--output", str(tmp_path / "cold.json")]) == 0
+
+    def no_encoding(self, batch):
+        raise AssertionError("a warm run encodes no text states")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TextStates, "_states", no_encoding)
+        assert main([*command, "--output", str(tmp_path / "warm.json")]) == 0
+    assert json.loads((tmp_path / "warm.json").read_text()) == json.loads((tmp_path / "cold.json").read_text())
+
+    module = evaluate.load(str(Path(__file__).resolve().parent.parent / "metrics" / "vilbertscore"))
+    inputs = ([regions[0], regions[7]], [items[0]["candidate"], items[7]["candidate"]],
+              [items[0]["references"], items[7]["references"]])
+    result = module.compute(predictions=inputs[1], references=inputs[2], images=inputs[0], model=str(model_folder),
+                            device="cpu", cache_dir=str(tmp_path / "module-cache"))
+    fresh = capeval.ViLBERTScore(model=str(model_folder), device="cpu", cache_dir=tmp_path / "module-cache")
+    assert fresh.score(*inputs)["vilbert_f1s"] == result["vilbert_f1s"]
+    assert fresh.engine.encoded == {"vilbert_text": 0}
+
+
+DISTRIBUTED_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[4])
+from capeval import ViLBERTScore
+from vilbert_fixtures import load_items, load_regions
+model, out = sys.argv[1], sys.argv[2]
+items, regions = load_items(), load_regions()
+scorer = ViLBERTScore(model=model, device="cpu", batch_size=4, cache_dir=sys.argv[3])
+result = scorer.score(regions, [i["candidate"] for i in items], [i["references"] for i in items])
+result["encoded"] = scorer.engine.encoded["vilbert_text"]
+assert scorer.engine.state.num_processes == 2
+json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w"))
+"""
+
+
+def test_two_processes_equal_one_and_fill_the_cache_together(model_folder, items, regions, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    script = tmp_path / "score.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               "29518", str(script), str(model_folder), str(tmp_path), str(tmp_path / "cache"),
+               str(Path(__file__).resolve().parent)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    candidates, references = [item["candidate"] for item in items], [item["references"] for item in items]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        single = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4).score(
+            regions, candidates, references)
+        warm = capeval.ViLBERTScore(model=str(model_folder), device="cpu", batch_size=4, cache_dir=tmp_path / "cache")
+        from_cache = warm.score(regions, candidates, references)
+    finally:
+        torch.set_num_threads(threads)
+    encoded = [rank.pop("encoded") for rank in ranks]
+    assert ranks == [single, single]
+    assert all(0 < count for count in encoded) and sum(encoded) == distinct_pairs(regions, candidates, references)
+    assert from_cache == single and warm.engine.encoded == {"vilbert_text": 0}  # each process stored its share

@@ -34,6 +34,26 @@ def window_weights(attention_mask: np.ndarray, has_task_token: bool) -> np.ndarr
     return np.asarray(attention_mask)[:, 1:] if has_task_token else np.asarray(attention_mask)[:, 2:]
 
 
+def states_needed(attention_mask: np.ndarray, has_task_token: bool) -> np.ndarray:
+    """(N, L) 0/1 text masks -> (N,) how many leading token states :func:`greedy_match` reads for each text:
+    ``[CLS]`` and the matching window up to its last weighted position. Later states meet weight 0 only."""
+    return 1 + window_weights(attention_mask, has_task_token).sum(axis=1)
+
+
+def padded_states(leading_states: Sequence[np.ndarray], length: int) -> np.ndarray:
+    """(B, length, H) states of B texts from their :func:`states_needed` leading states ((n_i, H) each).
+
+    The positions after them are filled with ones. In :func:`greedy_match` they take part only through entries of
+    ``sim`` multiplied by weight 0, which are 0 for any finite vector, and ``sim`` over the kept positions is the
+    same product of the same rows: P, R and F equal those of the full states (up to the sign of a zero).
+    """
+    hidden = leading_states[0].shape[1]
+    states = np.ones((len(leading_states), length, hidden), dtype=leading_states[0].dtype)
+    for row, leading in enumerate(leading_states):
+        states[row, :len(leading)] = leading
+    return states
+
+
 def greedy_match(candidate_states: np.ndarray, reference_states: np.ndarray, candidate_weights: np.ndarray,
                  reference_weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-pair ``(P, R, F)`` of B (candidate, reference) pairs.

@@ -7,7 +7,6 @@ embeddings of a caption (keyed by its text), and the grounding vector of a (regi
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -16,11 +15,12 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 import torch
 
+from capeval.cache import text_key
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
 from capeval.functional import tiger as functional
 from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
 from capeval.models.regions.extraction import RegionExtractor
-from capeval.models.regions.features import RegionFeatures
+from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
 from capeval.options import check_scorer_options
@@ -43,18 +43,6 @@ class TigerSpec:
     label: str = "TIGEr"
     accelerator_precision: str = "fp32"
     """SCAN runs in float32 everywhere, as trained; the grounding maths is float64 NumPy."""
-
-
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-@dataclass(frozen=True)
-class KeyedRegions:
-    """Validated region features with their content key (hashed once per distinct input object)."""
-
-    key: str
-    regions: RegionFeatures
 
 
 class RegionEmbeddings(RowProducer[KeyedRegions]):
@@ -90,7 +78,7 @@ class WordEmbeddings(RowProducer[str]):
         self.scan, self.batch_size = scan, batch_size
 
     def key(self, item: str) -> str:
-        return _digest(item)
+        return text_key(item)
 
     def cache_key(self) -> str:
         return f"{self.scan.fingerprint}|scan-text-encoder|{self.scan.tokenizer.fingerprint}"
@@ -194,7 +182,7 @@ class TIGErScore(Scorer):
                                        GroundingVectors(self.scan, batch_size)], cache_dir=cache_dir,
                                       progress=progress)
         self._undefined = functional.UndefinedCounts()
-        self._keyed: Dict[int, Tuple[RegionFeatures, KeyedRegions]] = {}
+        self._keyed = KeyedRegionsMemo(feature_dim=self.scan.config.img_dim, num_regions=NUM_REGIONS)
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
         scan = self.scan
@@ -234,15 +222,7 @@ class TIGErScore(Scorer):
         for each of its candidates); other entries validated as images."""
         if not isinstance(entry, RegionFeatures):
             return validate_image(entry, index)
-        known = self._keyed.get(id(entry))
-        if known is None or known[0] is not entry:
-            known = (entry, self._keyed_regions(entry, index))
-            self._keyed[id(entry)] = known
-        return known[1]
-
-    def _keyed_regions(self, regions: RegionFeatures, index: int) -> KeyedRegions:
-        valid = regions.validated(index, feature_dim=self.scan.config.img_dim, num_regions=NUM_REGIONS)
-        return KeyedRegions(valid.content_key(), valid)
+        return self._keyed(entry, index)
 
     def _regions_of_images(self, items: Sequence[ImageItem]) -> List[KeyedRegions]:
         """Region features of image entries from the region source (the detector is loaded when first needed)."""
@@ -254,7 +234,7 @@ class TIGErScore(Scorer):
             regions = self._extractor([item.open() for item in items])
             if len(regions) != len(items):
                 raise ValueError(f"the region source returned {len(regions)} results for {len(items)} images")
-        return [self._keyed_regions(region, item.index) for item, region in zip(items, regions)]
+        return [self._keyed(region, item.index) for item, region in zip(items, regions)]
 
     def _load_extractor(self) -> Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]:
         source = self._region_source
@@ -279,7 +259,7 @@ class TIGErScore(Scorer):
         pairs: List[GroundingPair] = []
         for entry, candidate, refs in zip(entries, chunk.candidates, chunk.references):
             for text in (candidate, *refs):
-                pairs.append(GroundingPair(entry.key, _digest(text), region_rows[entry.key].reshape(-1, embed_size),
+                pairs.append(GroundingPair(entry.key, text_key(text), region_rows[entry.key].reshape(-1, embed_size),
                                            words[text].reshape(-1, embed_size)))
         groundings = self.engine.rows("tiger_grounding", pairs)
         r_rows, c_rows, position = [], [], 0

@@ -2,29 +2,31 @@
 (:mod:`capeval.functional.vilbertscore`).
 
 The reference runs one forward pass per text over the item's image: the candidate once, then each reference. Here
-every distinct (image, text) of a chunk is encoded once, texts of any images batched together, each image's region
-inputs prepared once; the states of an image are matched and released as soon as all its texts are encoded.
+the text states of each distinct (image regions, text) are rows of the shared engine
+(:class:`capeval.models.vilbert.encoders.TextStates`): computed once, texts of any images batched together, kept in
+memory and, with ``cache_dir``, on disk (a sweep of candidates over the same references encodes the references once),
+and dealt over the processes under ``accelerate launch``. A chunk's rows are requested together; each image's pairs
+are then matched in one batch.
 """
 from __future__ import annotations
 
 import os
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import torch
-from tqdm.auto import tqdm
 
+from capeval.cache import text_key
+from capeval.engine import EmbeddingEngine
 from capeval.functional import vilbertscore as functional
 from capeval.inputs import (InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items,
                             validate_image)
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import RegionExtractor
-from capeval.models.regions.features import RegionFeatures
+from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
+from capeval.models.vilbert.encoders import TextOnRegions, TextStates
 from capeval.models.vilbert.loading import LoadedVilbert, load_vilbert
-from capeval.models.vilbert.preprocessing import region_inputs
 from capeval.models.vilbert.tokenization import MAX_LENGTH
 from capeval.options import check_scorer_options
 from capeval.runtime import DeviceLike
@@ -62,6 +64,8 @@ class ViLBERTScore(Scorer):
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: texts per forward pass.
         precision: ``"auto"`` (fp32, as the reference on CPU and GPU), ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        cache_dir: folder of the on-disk cache of text states (and of the default detector's regions); none when
+            ``None``.
         task_id: task token id for models with task tokens (7, RetrievalCOCO, as the reference).
         layer: which co-attention block's text output to match (-1, the last, as the reference).
         num_regions: detector regions each image must have (100, as the reference).
@@ -69,7 +73,8 @@ class ViLBERTScore(Scorer):
             :class:`~capeval.models.regions.extraction.RegionExtractor`, or a function from an image to
             :class:`RegionFeatures`; by default ViLBERT's detector (``capeval/vilbert-detector-x152-fpn``, 100 boxes
             as the reference's feature files), loaded when an image entry first needs it.
-        chunk_size: items validated and scored at a time.
+        chunk_size: items validated and scored at a time; a chunk's text states are held together (float32,
+            ``(wordpieces + 2) * hidden_size * 4`` bytes per text: 43 kB for 12 wordpieces on the 12-in-1 model).
         progress: show a progress bar of the texts encoded.
     """
 
@@ -83,6 +88,7 @@ class ViLBERTScore(Scorer):
         device: DeviceLike = None,
         batch_size: int = 64,
         precision: str = "auto",
+        cache_dir: Optional[PathLike] = None,
         *,
         task_id: int = TASK_RETRIEVAL_COCO,
         layer: int = -1,
@@ -103,7 +109,10 @@ class ViLBERTScore(Scorer):
         self.layer = layer
         self.num_regions = num_regions
         self.regions = regions
-        self.progress = progress
+        self.cache_dir = cache_dir
+        self.engine = EmbeddingEngine([TextStates(self.vilbert, batch_size, self.task_id, layer)],
+                                      cache_dir=cache_dir, progress=progress)
+        self._keyed = KeyedRegionsMemo(feature_dim=config.v_feature_size, num_regions=num_regions, needs_boxes=True)
         self._undefined_f1 = 0
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
@@ -118,24 +127,26 @@ class ViLBERTScore(Scorer):
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
         self._undefined_f1 = 0
+        self._keyed.clear()
         result = super().score(images, candidates, references)
         if self._undefined_f1:
             warnings.warn(f"{self._undefined_f1} (candidate, reference) pairs have P + R = 0; their F is 0 "
                           "(the reference implementation gives NaN)", stacklevel=2)
         return result
 
-    def _region_entry(self, entry: Any, index: int) -> RegionFeatures:
+    def _region_entry(self, entry: Any, index: int) -> KeyedRegions:
+        """Validated, content-keyed regions of an entry (checked and hashed once per distinct object)."""
         if not isinstance(entry, RegionFeatures):
             entry = self._regions_of_image(entry, index)
-        return entry.validated(index, feature_dim=self.vilbert.model.config.v_feature_size,
-                               num_regions=self.num_regions, needs_boxes=True)
+        return self._keyed(entry, index)
 
     def _regions_of_image(self, entry: Any, index: int) -> RegionFeatures:
         """Regions of an image entry: from ``regions=``, else from ViLBERT's detector (``x152-fpn``, loaded when an
         image first needs it, so that precomputed regions never load it)."""
         if self.regions is None:
             detector = DETECTORS["x152-fpn"]
-            self.regions = RegionExtractor(detector.load(device=self.device), detector.settings)
+            self.regions = RegionExtractor(detector.load(device=self.device), detector.settings,
+                                           cache_dir=self.cache_dir)
         if isinstance(self.regions, RegionExtractor):
             return self.regions.region_features([validate_image(entry, index)])[0]
         try:
@@ -154,62 +165,37 @@ class ViLBERTScore(Scorer):
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         assert chunk.references is not None  # references_required
-        keys = [regions.content_key() for regions in chunk.images]
-        image_of_key = {key: regions for key, regions in zip(keys, chunk.images)}
-        texts_of_key: Dict[str, Dict[str, None]] = {}
-        for key, candidate, refs in zip(keys, chunk.candidates, chunk.references):
-            texts = texts_of_key.setdefault(key, {})
-            texts.update(dict.fromkeys((candidate, *refs)))
-        rows = [(key, text) for key, texts in texts_of_key.items() for text in texts]
-        distinct_texts = list(dict.fromkeys(text for _, text in rows))
+        texts_in_order = [*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]
+        distinct_texts = list(dict.fromkeys(texts_in_order))
         input_ids, attention_mask, truncated = self.vilbert.tokenizer.encode(distinct_texts)
         text_row = {text: row for row, text in enumerate(distinct_texts)}
-        texts_in_order = [*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]
         self._record_truncated([position for position, text in zip(chunk.text_positions(), texts_in_order)
                                 if truncated[text_row[text]]])
 
-        items_of_key: Dict[str, List[int]] = {}
-        for item, key in enumerate(keys):
-            items_of_key.setdefault(key, []).append(item)
+        items_of_image: Dict[str, List[int]] = {}
+        texts_of_image: Dict[str, Dict[str, None]] = {}
+        for item, (regions, candidate, refs) in enumerate(zip(chunk.images, chunk.candidates, chunk.references)):
+            items_of_image.setdefault(regions.key, []).append(item)
+            texts_of_image.setdefault(regions.key, {}).update(dict.fromkeys((candidate, *refs)))
+        regions_of_image = {regions.key: regions for regions in chunk.images}
+        pairs = [TextOnRegions(regions_of_image[image], text_key(text), input_ids[text_row[text]],
+                               attention_mask[text_row[text]])
+                 for image, texts in texts_of_image.items() for text in texts]
+        rows = iter(self.engine.row_list(TextStates.kind, pairs))
+        hidden = self.vilbert.model.config.hidden_size
         results = np.zeros((3, len(chunk)), dtype=np.float32)
-        pending = Counter(key for key, _ in rows)
-        states_of_key: Dict[str, Dict[str, np.ndarray]] = {}
-        prepared: Dict[str, Tuple[torch.Tensor, torch.Tensor]] = {}
-        bar = tqdm(total=len(rows), desc="encoding texts", unit="text", leave=False, disable=not self.progress)
-        for start in range(0, len(rows), self.batch_size):
-            batch = rows[start:start + self.batch_size]
-            for key, _ in batch:
-                if key not in prepared:
-                    prepared[key] = tuple(t.to(self.device) for t in region_inputs(image_of_key[key]))
-            states = self._encode(batch, prepared, input_ids, attention_mask, text_row)
-            for (key, text), state in zip(batch, states):
-                states_of_key.setdefault(key, {})[text] = state
-                pending[key] -= 1
-                if pending[key] == 0:
-                    self._match(chunk, items_of_key[key], states_of_key.pop(key), attention_mask, text_row, results)
-                    del prepared[key]
-            bar.update(len(batch))
-        bar.close()
+        for image, texts in texts_of_image.items():
+            states = {text: next(rows).reshape(-1, hidden) for text in texts}
+            self._match(chunk, items_of_image[image], states, attention_mask, text_row, results)
+        self._keyed.clear()
         return dict(zip(RESULT_NAMES, results))
-
-    @torch.inference_mode()
-    def _encode(self, batch: List[Tuple[str, str]], prepared: Dict[str, Tuple[torch.Tensor, torch.Tensor]],
-                input_ids: np.ndarray, attention_mask: np.ndarray, text_row: Dict[str, int]) -> np.ndarray:
-        """Text states (B, E, H) float32 of one batch of (image key, text) rows at the chosen co-attention block."""
-        rows = [text_row[text] for _, text in batch]
-        features = torch.stack([prepared[key][0] for key, _ in batch])
-        locations = torch.stack([prepared[key][1] for key, _ in batch])
-        task_ids = (torch.full((len(batch), 1), self.task_id, device=self.device)
-                    if self.task_id is not None else None)
-        states = self.vilbert.model(torch.from_numpy(input_ids[rows]).to(self.device),
-                                    torch.from_numpy(attention_mask[rows]).to(self.device),
-                                    features, locations, task_ids=task_ids)[self.layer]
-        return states.float().cpu().numpy()
 
     def _match(self, chunk: ScoringItems, items: List[int], states: Dict[str, np.ndarray], attention_mask: np.ndarray,
                text_row: Dict[str, int], results: np.ndarray) -> None:
-        """P, R, F of ``items`` (all on one image) into ``results``; pairs are matched in one batch."""
+        """P, R, F of ``items`` (all on one image, whose leading text states are ``states``) into ``results``; pairs
+        are matched in one batch."""
         has_task = self.task_id is not None
+        length = attention_mask.shape[1] + int(has_task)
         candidates, references, counts = [], [], []
         for item in items:
             refs = chunk.references[item]
@@ -218,7 +204,8 @@ class ViLBERTScore(Scorer):
             counts.append(len(refs))
         weights = functional.window_weights(attention_mask, has_task)
         precision, recall, f1 = functional.greedy_match(
-            np.stack([states[text] for text in candidates]), np.stack([states[text] for text in references]),
+            functional.padded_states([states[text] for text in candidates], length),
+            functional.padded_states([states[text] for text in references], length),
             weights[[text_row[text] for text in candidates]], weights[[text_row[text] for text in references]])
         self._undefined_f1 += int(np.count_nonzero(precision + recall == 0))
         for row, values in enumerate((precision, recall, f1)):

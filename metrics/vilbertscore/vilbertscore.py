@@ -32,6 +32,7 @@ Args:
     device (`str`, *optional*): torch device; Accelerate's default device when omitted.
     batch_size (`int`, *optional*): texts per forward pass (default 64).
     precision (`str`, *optional*): "auto" (default, fp32 as the reference), "fp32", "fp16" or "bf16".
+    cache_dir (`str`, *optional*): folder of capeval's on-disk cache of ViLBERT text states (none by default).
 Returns:
     vilbert_precision, vilbert_recall, vilbert_f1 (`float`): corpus means.
     vilbert_precisions, vilbert_recalls, vilbert_f1s (`list` of `float`): per prediction.

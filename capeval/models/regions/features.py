@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -73,6 +73,40 @@ class RegionFeatures:
         if self.image_size is not None:
             hasher.update(repr(tuple(float(v) for v in self.image_size)).encode())
         return hasher.hexdigest()
+
+
+@dataclass(frozen=True)
+class KeyedRegions:
+    """Validated region features with their :meth:`RegionFeatures.content_key` (the key of their cache rows)."""
+
+    key: str
+    regions: RegionFeatures
+
+
+def keyed_regions(regions: RegionFeatures, index: int, **requirements: object) -> KeyedRegions:
+    """``regions`` validated for ``images[index]`` (``requirements`` as :meth:`RegionFeatures.validated`), hashed."""
+    valid = regions.validated(index, **requirements)  # type: ignore[arg-type]
+    return KeyedRegions(valid.content_key(), valid)
+
+
+class KeyedRegionsMemo:
+    """:func:`keyed_regions` once per distinct input object: an image's regions are usually passed once per
+    candidate, and each check and hash reads all of its features."""
+
+    def __init__(self, **requirements: object) -> None:
+        self.requirements = requirements
+        self._known: Dict[int, Tuple[RegionFeatures, KeyedRegions]] = {}
+
+    def __call__(self, regions: RegionFeatures, index: int) -> KeyedRegions:
+        known = self._known.get(id(regions))
+        if known is None or known[0] is not regions:
+            known = (regions, keyed_regions(regions, index, **self.requirements))
+            self._known[id(regions)] = known
+        return known[1]
+
+    def clear(self) -> None:
+        """Forget the inputs seen so far (their objects may be freed and their ids reused)."""
+        self._known.clear()
 
 
 def _float_array(value: object, where: str) -> np.ndarray:
