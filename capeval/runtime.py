@@ -53,6 +53,6 @@ def resolve_precision(precision: str, spec: RunsOnAccelerator, device: torch.dev
 
 
 def default_batch_size(device: torch.device) -> int:
-    """Items per forward pass when none is given: 64 on the CPU (larger batches gain nothing there), 256 on an
-    accelerator (ViT-B/32 images run 2.5x faster per image than at 64 on an H100)."""
+    """Items per forward pass when none is given: 64 on the CPU (larger batches gain nothing there and bound the
+    memory of streamed runs), 256 on an accelerator."""
     return 64 if device.type == "cpu" else 256

@@ -3,16 +3,19 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Callable, List, Tuple
 
 import clip
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from capeval import CLIPScore
 from capeval.inputs import validate_image
+from capeval.models.clip.loading import load_backbone
 from capeval.models.clip.preprocessing import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform
 from checkpoints import make_tiny_clip
 from reference import PROMPT, reference_transform
@@ -100,6 +103,50 @@ def test_fp16_features_and_scores_equal_clip_load_fp16_model_bit_for_bit(tmp_pat
     np.testing.assert_array_equal(texts, expected_texts)
     expected_scores, _ = _script_arithmetic(expected_images, expected_texts, [expected_texts[:1]] * len(paths))
     assert scorer.score(paths, captions)["clip_scores"] == [float(v) for v in expected_scores]
+
+
+class ShapeDependentKernels(TorchDispatchMode):
+    """Records every dispatched operation whose kernel, hence rounding, can depend on its operands' shapes and
+    strides (products, convolution, attention, layer norm), with each operand's shape, stride and dtype."""
+
+    KINDS = ("mm", "matmul", "linear", "conv", "scaled_dot_product", "layer_norm")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: List[Tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        name = func.overloadpacket.__name__
+        if any(kind in name for kind in self.KINDS):
+            operands, _ = tree_flatten((args, kwargs or {}))
+            self.calls.append((name, tuple((tuple(o.shape), o.stride(), o.dtype) if isinstance(o, torch.Tensor)
+                                           else o for o in operands)))
+        return func(*args, **(kwargs or {}))
+
+
+def _shape_dependent_kernels(run: Callable[[], Any]) -> List[Tuple[str, tuple]]:
+    """The calls :class:`ShapeDependentKernels` records while ``run()`` runs in inference mode (as the backbone's
+    encoders do: there the mode sees composite operations, ``linear``, ``layer_norm``..., before they decompose)."""
+    with torch.inference_mode(), ShapeDependentKernels() as recorder:
+        run()
+    return recorder.calls
+
+
+def test_fp16_towers_dispatch_the_kernels_of_clip_load_fp16_model(tiny_openai_clip) -> None:
+    """Kernels are chosen per operation from its operands' shapes, strides and dtypes: on any device, the same
+    operations on the same operands as clip's fp16 model select the same kernels, so CUDA rounds as the reference
+    does. (Separate q/k/v products, ``is_causal`` instead of the additive mask, or layer norms on other strides
+    each show here.)"""
+    model = copy.deepcopy(tiny_openai_clip.model)
+    clip.model.convert_weights(model)
+    backbone = load_backbone(str(tiny_openai_clip.hf_dir), None, torch.device("cpu"), "fp16")
+    pixels = torch.randint(0, 256, (3, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    tokens = clip.tokenize([PROMPT + "a dog.", PROMPT + "two cats asleep on a red mat"])
+    expected_image = _shape_dependent_kernels(lambda: model.encode_image(pixels.half()))
+    expected_text = _shape_dependent_kernels(lambda: model.encode_text(tokens))
+    assert [name for name, _ in expected_text].count("linear") == 4 * 2  # in, out, fc1, fc2 per layer
+    assert _shape_dependent_kernels(lambda: backbone.encode_images(pixels)) == expected_image
+    assert _shape_dependent_kernels(lambda: backbone.encode_texts(tokens)) == expected_text
 
 
 def test_pixel_table_equals_torchvision_normalisation_then_cast() -> None:

@@ -11,12 +11,17 @@ is computed, none in what is returned:
   activation runs in place, instead of allocating fresh tensors per operation;
 * query, key and value projections write into one buffer.
 
-Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py). In reduced precision
-(fp16, bf16) the computation follows OpenAI CLIP's fp16 model (``clip.load`` on CUDA) where transformers' rounds
-differently, so that fp16 features equal the reference's bit for bit (tests/test_precision.py): layer norms compute
-in float32 and round back (OpenAI's ``LayerNorm`` subclass), the projections multiply by a contiguous
-``(width, dim)`` matrix (OpenAI's ``x @ self.proj``, rounded unlike ``nn.Linear``'s transposed-weight product), and
-the last layer runs over every position (the first difference above does not apply).
+Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py).
+
+In reduced precision (fp16, bf16) the towers instead run operation for operation as OpenAI CLIP's fp16 model
+(``clip.load`` on CUDA) runs them, so that fp16 features equal the reference's bit for bit
+(tests/test_precision.py), on the CPU and, since the same operations on tensors of the same shapes select the same
+kernels, on CUDA: every layer over every position, sequence-first, through ``torch.nn.functional``'s multi-head
+attention with one packed query/key/value product and, for texts, the additive causal mask of ``-inf`` (not
+``is_causal``, which selects another attention kernel on CUDA); layer norms in float32 rounded back (OpenAI's
+``LayerNorm`` subclass); the text's final layer norm over every position before the end token's row is taken; and
+the projections as products with the contiguous ``(width, dim)`` matrix (OpenAI's ``x @ self.proj``, rounded unlike
+``nn.Linear``'s transposed-weight product). None of the float32 shortcuts above applies there.
 """
 from __future__ import annotations
 
@@ -31,9 +36,9 @@ from transformers.models.clip.modeling_clip import CLIPEncoderLayer
 FORWARD_VERSION = "1"
 """Changes whenever these forwards could return different floats in float32; on-disk feature caches are keyed by it
 (through :func:`forward_version`)."""
-REDUCED_PRECISION_FORWARD_VERSION = "2"
+REDUCED_PRECISION_FORWARD_VERSION = "3"
 """The same for fp16 and bf16 (2: layer norms in float32, projections and the last layer as OpenAI CLIP computes
-them)."""
+them; 3: every layer through the same attention function and products as OpenAI CLIP's fp16 model)."""
 
 
 def forward_version(dtype: torch.dtype) -> str:
@@ -130,24 +135,61 @@ def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool)
     return workspace
 
 
+def _activation(layer: CLIPEncoderLayer, hidden: torch.Tensor) -> torch.Tensor:
+    """``layer.mlp``'s activation; QuickGELU written as OpenAI CLIP's ``x * torch.sigmoid(1.702 * x)``."""
+    if isinstance(layer.mlp.activation_fn, QuickGELUActivation):
+        return hidden * torch.sigmoid(1.702 * hidden)
+    return layer.mlp.activation_fn(hidden)
+
+
+def _reference_order_layer(states: torch.Tensor, layer: CLIPEncoderLayer,
+                           attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """One encoder layer over sequence-first ``states`` ``(length, batch, width)`` as OpenAI CLIP's
+    ``ResidualAttentionBlock`` computes it: ``nn.MultiheadAttention``'s function with the packed ``in_proj`` (the
+    rows of q, k and v stacked, as the original checkpoint stores them) and ``nn.Linear`` products on 3-D inputs."""
+    attention, mlp = layer.self_attn, layer.mlp
+    normed = layer_norm(layer.layer_norm1, states)
+    packed_weight = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
+    packed_bias = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
+    attended = F.multi_head_attention_forward(
+        normed, normed, normed, attention.embed_dim, attention.num_heads, packed_weight, packed_bias, None, None,
+        False, 0.0, attention.out_proj.weight, attention.out_proj.bias, training=False, need_weights=False,
+        attn_mask=attention_mask)[0]
+    states = states + attended
+    hidden = F.linear(layer_norm(layer.layer_norm2, states), mlp.fc1.weight, mlp.fc1.bias)
+    return states + F.linear(_activation(layer, hidden), mlp.fc2.weight, mlp.fc2.bias)
+
+
+def _reference_order_states(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool) -> torch.Tensor:
+    """Every layer over every position of ``states`` ``(batch, length, width)`` in reduced precision, as OpenAI
+    CLIP's fp16 model runs them (:func:`_reference_order_layer`; texts under its additive mask, ``-inf`` above the
+    diagonal); returns ``(batch, length, width)``."""
+    length = states.shape[1]
+    mask = None
+    if causal:
+        mask = torch.full((length, length), float("-inf"), device=states.device).triu_(1).to(states.dtype)
+    sequence_first = states.transpose(0, 1)
+    for layer in layers:
+        sequence_first = _reference_order_layer(sequence_first, layer, mask)
+    return sequence_first.transpose(0, 1)
+
+
 def _encode(states: torch.Tensor, layers: torch.nn.ModuleList, rows: torch.Tensor, causal: bool,
             key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-    """Run ``layers`` over ``states`` (consumed) and return the last layer's output at ``rows``. In reduced
-    precision the last layer runs over every position, as the reference's fp16 model runs it: a matrix product's
-    rounding of one row can depend on how many rows are multiplied with it (measured: 1 image of 24 in fp16 on the
-    CPU)."""
+    """Run ``layers`` over ``states`` (consumed; float32) and return the last layer's output at ``rows``."""
     workspace = _run_layers(states, layers, causal)
-    if states.dtype == torch.float32:
-        return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
-    _encoder_layer(states, layers[-1], workspace, causal)
-    return states[torch.arange(len(rows), device=states.device), rows]
+    return _encoder_layer(states, layers[-1], workspace, causal, rows, key_mask)
 
 
 def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """``vision_model(pixel_values).pooler_output``: the post-layer-normed class token."""
     states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values)).contiguous()
-    rows = torch.zeros(states.shape[0], dtype=torch.long, device=states.device)
-    pooled = _encode(states, vision_model.encoder.layers, rows, causal=False, key_mask=None)
+    layers = vision_model.encoder.layers
+    if states.dtype == torch.float32:
+        rows = torch.zeros(states.shape[0], dtype=torch.long, device=states.device)
+        pooled = _encode(states, layers, rows, causal=False, key_mask=None)
+    else:
+        pooled = _reference_order_states(states, layers, causal=False)[:, 0]
     return layer_norm(vision_model.post_layernorm, pooled)
 
 
@@ -156,6 +198,8 @@ def image_grid_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor)
     token, class token first, shape ``(batch, 1 + patches, width)`` (row 0 is :func:`pooled_image_states`)."""
     states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values)).contiguous()
     layers = vision_model.encoder.layers
+    if states.dtype != torch.float32:
+        return layer_norm(vision_model.post_layernorm, _reference_order_states(states, layers, causal=False))
     workspace = _run_layers(states, layers, causal=False)
     _encoder_layer(states, layers[-1], workspace, causal=False)
     return layer_norm(vision_model.post_layernorm, states)
@@ -196,6 +240,9 @@ def pooled_text_states_from_embeddings(text_model: torch.nn.Module, token_embedd
             states = layer(states, causal[None, None])
         pooled = states[torch.arange(states.shape[0], device=states.device), end_rows]
         return text_model.final_layer_norm(pooled)
+    if states.dtype != torch.float32:
+        normed = layer_norm(text_model.final_layer_norm, _reference_order_states(states, layers, causal=True))
+        return normed[torch.arange(len(end_rows), device=normed.device), end_rows]
     states = states.contiguous()
     positions = torch.arange(states.shape[1], device=states.device)
     key_mask = (positions[None, :] <= end_rows[:, None])[:, None, None, :]
