@@ -237,6 +237,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         message = " ".join(str(error).split())
         print(f"{prefix}: error: {benchmark_command.in_flags(message)}", file=sys.stderr)
         return 2
+    finally:
+        _leave_process_group()
+
+
+def _leave_process_group() -> None:
+    """Destroy the process group that ``accelerate launch`` made this process join, if any, so that every process
+    exits cleanly (a gloo group left to the interpreter's exit can abort it)."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
 
 
 @contextmanager

@@ -159,7 +159,9 @@ class RowRequest:
         engine, kind = self._engine, self._producer.kind
         computed: Dict[str, np.ndarray] = {}
         try:
-            with tqdm(total=sum(map(len, self._mine)), desc=f"encoding {kind}s", unit=kind, leave=False,
+            label = kind.replace("_", " ")
+            with tqdm(total=sum(map(len, self._mine)), desc=f"encoding {label}{'' if label.endswith('s') else 's'}",
+                      unit="row", leave=False,
                       disable=not engine.progress or not engine.state.is_local_main_process) as bar:
                 for features, batch in zip(self._encoded, self._mine):  # the producer's iterator runs to its end
                     computed.update(zip((key for key, _ in batch), features))

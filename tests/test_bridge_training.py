@@ -90,6 +90,7 @@ config = TrainingConfig.from_dict(json.loads(open(sys.argv[1]).read()))
 trainer = BridgeTrainer(config, tagger=word_tagger())
 assert trainer.accelerator.num_processes == 2
 trainer.train()
+trainer.accelerator.end_training()
 """
 
 

@@ -147,6 +147,7 @@ result = scorer.score(payload["images"], payload["candidates"], payload["referen
 result["encoded"] = scorer.engine.encoded
 assert scorer.engine.state.num_processes == 2
 json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w"))
+scorer.engine.state.destroy_process_group()
 """
 
 

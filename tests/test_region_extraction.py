@@ -110,6 +110,7 @@ assert extractor.engine.state.num_processes == 2
 total = extract_to_file(extractor, images, sys.argv[4])
 rank = extractor.engine.state.process_index
 json.dump({"detected": extractor.detected, "total": total}, open(f"{sys.argv[4]}.rank{rank}.json", "w"))
+extractor.engine.state.destroy_process_group()
 """
 
 

@@ -349,6 +349,7 @@ result = scorer.score(regions, [i["candidate"] for i in items], [i["references"]
 result["encoded"] = scorer.engine.encoded["vilbert_text"]
 assert scorer.engine.state.num_processes == 2
 json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w"))
+scorer.engine.state.destroy_process_group()
 """
 
 
