@@ -24,7 +24,7 @@ from capeval.inputs import InputError, TextPosition, TruncationWarning, validate
 from capeval.models.bridge import train_command as bridge_command
 from capeval.models.regions import command as regions_command
 from capeval.models.regions.files import read_region_features
-from capeval.options import PRECISION_NAMES
+from capeval.options import PRECISION_DTYPES
 from capeval.outputs import check_output_file
 from capeval.registry import FAMILIES
 from capeval.version import __version__
@@ -195,7 +195,7 @@ def _add_score_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=benchmark_command.positive_int, help="images per forward pass (default 64)")
-    parser.add_argument("--precision", choices=["auto", *PRECISION_NAMES],
+    parser.add_argument("--precision", choices=["auto", *PRECISION_DTYPES],
                         help="model and score arithmetic (default auto: the reference code's own on that device)")
     parser.add_argument("--cache-dir", type=Path, help="folder of the on-disk embedding cache (default: none)")
     parser.add_argument("--output", type=Path, help="write per-item scores keyed by image id to this JSON file")

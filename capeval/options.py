@@ -8,15 +8,17 @@ from __future__ import annotations
 import numbers
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 from capeval.inputs import InputError
 
 if TYPE_CHECKING:
     import torch
 
-PRECISION_NAMES = ("bf16", "fp16", "fp32")
-"""Names of the model precisions (the keys of ``capeval.runtime.PRECISIONS``), readable without importing torch."""
+PRECISION_DTYPES: Dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+"""Precision names accepted by every loader, scorer and the CLI, each with the name of the ``torch`` dtype the model
+runs in (names, so that the CLI reads them without importing torch; :func:`capeval.runtime.precision_dtype` resolves
+them)."""
 
 CHECKPOINT_SUFFIXES = frozenset({".pth", ".pt", ".bin", ".ckpt", ".tar", ".safetensors"})
 """File name endings of original (unconverted) checkpoints."""

@@ -4,15 +4,12 @@ Model-independent: every model family's loader and every scorer resolve their de
 """
 from __future__ import annotations
 
-from typing import Dict, Protocol, Union
+from typing import Protocol, Union
 
 import torch
 from accelerate import PartialState
 
-from capeval.options import checked_device
-
-PRECISIONS: Dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-"""Precision names accepted by every loader and scorer, and the torch dtype each runs the model in."""
+from capeval.options import PRECISION_DTYPES, checked_device
 
 DeviceLike = Union[str, torch.device, None]
 
@@ -32,10 +29,11 @@ def resolve_device(device: DeviceLike) -> torch.device:
 
 
 def precision_dtype(precision: str) -> torch.dtype:
-    """The torch dtype of a precision name; ``ValueError`` for an unknown name."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
-    return PRECISIONS[precision]
+    """The torch dtype of a precision name (see :data:`capeval.options.PRECISION_DTYPES`); ``ValueError`` for an
+    unknown name."""
+    if precision not in PRECISION_DTYPES:
+        raise ValueError(f"precision must be one of {sorted(PRECISION_DTYPES)}, got {precision!r}")
+    return getattr(torch, PRECISION_DTYPES[precision])
 
 
 class RunsOnAccelerator(Protocol):

@@ -6,10 +6,13 @@ import socket
 
 import huggingface_hub.constants
 import pytest
+import torch
 
 from capeval import ModelNotAvailableError, PACScore
 from capeval.hub import DEFAULT_REVISIONS
 from capeval.models.clip.loading import load_backbone
+from capeval.options import PRECISION_DTYPES
+from capeval.runtime import precision_dtype
 
 
 
@@ -18,6 +21,11 @@ def test_a_backbone_is_loaded_once_per_model_device_and_precision(tiny_openai_cl
     assert load_backbone(str(tiny_openai_clip.hf_dir), device="cpu") is first
     half = load_backbone(tiny_openai_clip.hf_dir, device="cpu", precision="fp16")
     assert half is not first and next(half.model.parameters()).dtype.itemsize == 2
+
+
+def test_each_precision_name_resolves_to_its_dtype() -> None:
+    assert {name: precision_dtype(name) for name in PRECISION_DTYPES} == {
+        "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def test_unknown_precision_is_refused(tiny_openai_clip) -> None:

@@ -14,6 +14,7 @@ from PIL import Image
 
 from capeval import CLIPScore, InputError
 from capeval.inputs import TruncationWarning
+from capeval.models.clip import loading
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,20 @@ def test_long_captions_are_truncated_with_one_warning_and_a_count(scorer, exampl
     truncated_only = long_caption.split()[:60]  # well past 75 tokens once prompted: same tokens after truncation
     same = scorer.score([image_1], [" ".join(truncated_only) + " and more words"])
     assert result["clip_scores"][0] == same["clip_scores"][0]
+
+
+def test_texts_read_from_the_disk_cache_are_still_counted_as_truncated(tiny_openai_clip, example_images,
+                                                                       tmp_path, monkeypatch) -> None:
+    image_1, _ = example_images
+    long_caption = "a very long caption about a dog " * 20
+    for texts_encoded in (2, 0):  # a later run on the same cache folder encodes (and tokenises) no text
+        monkeypatch.setattr(loading, "_CACHE", {})  # each run loads its own backbone, as a new process would
+        scorer = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
+        with pytest.warns(TruncationWarning) as record:
+            scorer.score([image_1], [long_caption], [["short", long_caption]])
+        warned = [w.message for w in record if isinstance(w.message, TruncationWarning)]
+        assert [message.positions for message in warned] == [((0, None), (0, 1))]
+        assert scorer.engine.encoded["text"] == texts_encoded
 
 
 def test_nothing_is_dropped_and_order_is_kept(scorer, example_images) -> None:

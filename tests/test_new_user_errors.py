@@ -24,7 +24,7 @@ from capeval.benchmarks import BenchmarkFormatError, builtin_metrics, load_bench
 from capeval.benchmarks.command import split_models
 from capeval.cli import main
 from capeval.inputs import validate_image
-from capeval.options import PRECISION_NAMES, checked_device
+from capeval.options import checked_device
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples" / "clipscore"
@@ -201,12 +201,6 @@ def test_benchmark_numeric_options_are_checked() -> None:
                              ({"seed": 1.5}, "seed must be an integer, got float 1.5")):
         with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
             run_benchmark(benchmark, {"length": length}, **options)
-
-
-def test_precision_names_match_the_model_precisions() -> None:
-    from capeval.runtime import PRECISIONS
-
-    assert PRECISION_NAMES == tuple(sorted(PRECISIONS))
 
 
 # 7. command-line files ------------------------------------------------------------------------------------------------

@@ -112,7 +112,8 @@ class TextTransform:
 
     def truncated(self, prepared: Sequence[str]) -> List[bool]:
         """Whether each prepared text exceeds the context. Each distinct text is tokenised once, and only if it has
-        more UTF-8 bytes than the context can hold BPE tokens (each token spans at least one byte)."""
+        more UTF-8 bytes than the context can hold BPE tokens (each token spans at least one byte). The engine's own
+        tokenisation cannot answer this: it sees only the texts whose rows are not cached."""
         long_texts = list(dict.fromkeys(text for text in prepared if len(text.encode("utf-8")) > self.context_length - 2))
         if not long_texts:
             return [False] * len(prepared)
