@@ -210,7 +210,9 @@ class TruncationWarning(UserWarning):
 
         names = [(name or by_index)(position) for position in self.positions[:shown]]
         more = f" and {len(self.positions) - shown} more" if len(self.positions) > shown else ""
-        return (f"{len(self.positions)} texts exceed the model's {self.context_length}-token context and were "
+        count = len(self.positions)
+        texts_exceed = "1 text exceeds" if count == 1 else f"{count} texts exceed"
+        return (f"{texts_exceed} the model's {self.context_length}-token context and {'was' if count == 1 else 'were'} "
                 f"truncated, {self.rule}, as the reference implementation does: {', '.join(names)}{more}")
 
 
