@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Dict, Generic, Iterator, List, Mapping, Sequence, Tuple, TypeVar, Union
 
@@ -22,6 +23,11 @@ from tqdm.auto import tqdm
 
 from capeval.cache import DiskCache, MemoryCache
 from capeval.runtime import process_state
+
+DISK_WRITE_SECONDS = 5.0
+"""While a request runs, the rows it has computed are written to the on-disk cache at least this often, and when it
+ends or fails, so that an interrupted run (an error, ``KeyboardInterrupt``) keeps what it computed and a killed one
+loses at most this much work."""
 
 Item = TypeVar("Item")
 Batch = List[Tuple[str, Any]]
@@ -133,12 +139,15 @@ class EmbeddingEngine:
         encoded = producer.encode([[payload for _, payload in batch] for batch in mine]) if mine else iter(())
         return RowRequest(self, producer, keys, table, mine, encoded, bool(missing))
 
-    def _store(self, kind: str, computed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Count and store this process's computed rows; every process's rows, gathered, in memory."""
-        self.encoded[kind] += len(computed)
+    def _write(self, kind: str, rows: Dict[str, np.ndarray]) -> None:
+        """Put ``rows`` in the on-disk cache of ``kind``, if there is one."""
         disk = self._disk.get(kind)
-        if disk is not None and computed:
-            disk.put_many(computed)
+        if disk is not None and rows:
+            disk.put_many(rows)
+
+    def _store(self, kind: str, computed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Count this process's computed rows (already on disk); every process's rows, gathered, in memory."""
+        self.encoded[kind] += len(computed)
         if self.state.num_processes > 1:
             for part in gather_object([computed]):
                 computed.update(part)
@@ -158,17 +167,28 @@ class RowRequest:
         """One row per requested item, in order (this process's batches are run now, then rows are gathered)."""
         engine, kind = self._engine, self._producer.kind
         computed: Dict[str, np.ndarray] = {}
+        unwritten: Dict[str, np.ndarray] = {}
+        written_at = time.monotonic()
         try:
             label = kind.replace("_", " ")
             with tqdm(total=sum(map(len, self._mine)), desc=f"encoding {label}{'' if label.endswith('s') else 's'}",
                       unit="row", leave=False,
                       disable=not engine.progress or not engine.state.is_local_main_process) as bar:
                 for features, batch in zip(self._encoded, self._mine):  # the producer's iterator runs to its end
-                    computed.update(zip((key for key, _ in batch), features))
+                    rows = dict(zip((key for key, _ in batch), features))
+                    computed.update(rows)
+                    unwritten.update(rows)
                     bar.update(len(batch))
+                    if time.monotonic() - written_at >= DISK_WRITE_SECONDS:
+                        engine._write(kind, unwritten)
+                        unwritten, written_at = {}, time.monotonic()
         except BaseException:
-            self.close()
+            try:
+                engine._write(kind, unwritten)
+            finally:
+                self.close()
             raise
+        engine._write(kind, unwritten)
         if self._gather:
             self._table.update(engine._store(kind, computed))
         return [self._table[key] for key in self._keys]

@@ -9,14 +9,16 @@ import subprocess
 import sys
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Callable, Iterator, List, Mapping, Optional
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from capeval import CLIPScore
+from capeval import CLIPScore, engine as engine_module
 from capeval.cache import DiskCache
+from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches
 
 CAPTIONS = [f"a photo of thing number {i}" for i in range(7)]
 
@@ -136,6 +138,62 @@ def test_concurrent_writers_leave_a_consistent_cache(tmp_path) -> None:
     rows = DiskCache(tmp_path, "concurrent").get_many([f"key{k}" for k in range(200)])
     assert len(rows) == 200
     assert all(np.array_equal(row, np.full(8, int(key[3:]), dtype=np.float32)) for key, row in rows.items())
+
+
+class WordLengths(RowProducer[str]):
+    """Rows ``[len(word)] * 3`` in batches of two words; raises ``KeyboardInterrupt`` instead of batch ``stop_at``,
+    and calls ``before_batch(index)`` before computing each batch."""
+
+    kind = "word"
+
+    def __init__(self, stop_at: Optional[int] = None, before_batch: Callable[[int], None] = lambda index: None) -> None:
+        self.stop_at, self.before_batch = stop_at, before_batch
+        self.computed: List[str] = []
+
+    def key(self, item: str) -> str:
+        return item
+
+    def cache_key(self) -> str:
+        return "word-lengths-1"
+
+    def plan(self, items: Mapping[str, str]) -> List[Batch]:
+        return fixed_size_batches(items, 2)
+
+    def encode(self, batches: List[List[str]]) -> Iterator[List[np.ndarray]]:
+        for index, batch in enumerate(batches):
+            self.before_batch(index)
+            if index == self.stop_at:
+                raise KeyboardInterrupt
+            self.computed += batch
+            yield [np.full(3, len(word), dtype=np.float32) for word in batch]
+
+
+WORDS = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
+
+
+def test_an_interrupted_request_keeps_the_rows_it_computed(tmp_path) -> None:
+    interrupted = WordLengths(stop_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        EmbeddingEngine([interrupted], cache_dir=tmp_path).rows("word", WORDS)
+    assert interrupted.computed == WORDS[:4]
+    resumed = WordLengths()
+    rows = EmbeddingEngine([resumed], cache_dir=tmp_path).rows("word", WORDS)
+    assert resumed.computed == WORDS[4:]  # the first two batches came from the disk cache
+    np.testing.assert_array_equal(rows, np.repeat(np.arange(1, 7, dtype=np.float32)[:, None], 3, axis=1))
+
+
+@pytest.mark.parametrize("write_seconds, on_disk_before_each_batch", [(0.0, [0, 2, 4]), (3600.0, [0, 0, 0])])
+def test_rows_reach_the_disk_while_a_request_runs(tmp_path, monkeypatch, write_seconds: float,
+                                                 on_disk_before_each_batch: List[int]) -> None:
+    """Rows are written at least every ``DISK_WRITE_SECONDS`` during a request, not only at its end."""
+    monkeypatch.setattr(engine_module, "DISK_WRITE_SECONDS", write_seconds)
+    seen: List[int] = []
+    producer = WordLengths(before_batch=lambda index: seen.append(len(disk.get_many(WORDS))))
+    engine = EmbeddingEngine([producer], cache_dir=tmp_path)
+    disk = DiskCache(tmp_path, engine.cache_namespace("word"))
+    engine.rows("word", WORDS)
+    assert seen == on_disk_before_each_batch
+    assert len(disk.get_many(WORDS)) == 6
 
 
 DISTRIBUTED_SCRIPT = """
