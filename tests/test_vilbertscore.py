@@ -339,7 +339,7 @@ def test_command_line_and_evaluate_module_pass_the_cache_folder(model_folder, it
 
 DISTRIBUTED_SCRIPT = """
 import json, sys
-sys.path.insert(0, sys.argv[4])
+sys.path[:0] = [sys.argv[4], sys.argv[4] + "/tests"]  # the repository (conversion/) and its tests
 from capeval import ViLBERTScore
 from vilbert_fixtures import load_items, load_regions
 model, out = sys.argv[1], sys.argv[2]
@@ -365,7 +365,7 @@ def test_two_processes_equal_one_and_fill_the_cache_together(model_folder, items
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                "29518", str(script), str(model_folder), str(tmp_path), str(tmp_path / "cache"),
-               str(Path(__file__).resolve().parent)]
+               str(Path(__file__).resolve().parents[1])]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
                                env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert completed.returncode == 0, completed.stderr[-3000:]
