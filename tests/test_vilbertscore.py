@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import warnings
 from pathlib import Path
 from typing import Dict, List
@@ -117,6 +118,33 @@ def test_default_detector_caches_its_regions_in_the_cache_folder(model_folder, r
     result = scorer.score([image, regions[0]], ["a dog", "a dog"], [["a cat"], ["a cat"]])
     assert made == [("x152-fpn detector", DETECTORS["x152-fpn"].settings, {"cache_dir": tmp_path / "cache"})]
     assert result["vilbert_f1s"][0] == result["vilbert_f1s"][1]
+
+
+def test_images_are_detected_a_chunk_at_a_time_on_the_scoring_thread(model_folder, regions, tmp_path):
+    """Detection (an engine request, a collective under ``accelerate launch``) never runs in the validation
+    threads: each chunk's images go to the extractor in one call from the thread that scores."""
+    from capeval.models.regions.extraction import RegionExtractor
+
+    calls = []
+
+    class RecordingExtractor(RegionExtractor):
+        def __init__(self) -> None:  # no detector: regions come from the fixtures
+            pass
+
+        def region_features(self, items):
+            calls.append(([item.index for item in items], threading.current_thread() is threading.main_thread()))
+            return [regions[item.index % 2] for item in items]
+
+    paths = []
+    for index in range(5):
+        paths.append(tmp_path / f"photo{index}.png")
+        Image.new("RGB", (32, 24), (index, 0, 0)).save(paths[-1])
+    scorer = capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions=RecordingExtractor(), chunk_size=3)
+    result = scorer.score(paths, ["a dog"] * 5, [["a cat"]] * 5)
+    assert calls == [([0, 1, 2], True), ([3, 4], True)]
+    expected = capeval.ViLBERTScore(model=str(model_folder), device="cpu").score(
+        [regions[index % 2] for index in range(5)], ["a dog"] * 5, [["a cat"]] * 5)
+    assert result["vilbert_f1s"] == expected["vilbert_f1s"]
 
 
 def test_images_use_the_regions_hook(model_folder, regions):

@@ -20,8 +20,8 @@ import numpy as np
 from capeval.cache import text_key
 from capeval.engine import EmbeddingEngine
 from capeval.functional import vilbertscore as functional
-from capeval.inputs import (InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items,
-                            validate_image)
+from capeval.inputs import (ImageItem, InputError, ScoringItems, TextPosition, TruncationWarning,
+                            iter_scoring_items, validate_image)
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
@@ -55,6 +55,14 @@ VILBERTSCORE = ViLBERTScoreSpec("vilbert_f1", "ViLBERTScore", "fp32", "capeval/v
 RESULT_NAMES = ("vilbert_precision", "vilbert_recall", "vilbert_f1")
 
 
+@dataclass(frozen=True)
+class UnresolvedEntry:
+    """An image entry whose regions the ``regions=`` function gives (called when its chunk is scored)."""
+
+    value: Any
+    index: int
+
+
 class ViLBERTScore(Scorer):
     """ViLBERTScore P, R and F per item (means over the item's references) and their corpus means.
 
@@ -74,7 +82,8 @@ class ViLBERTScore(Scorer):
             :class:`RegionFeatures`; by default ViLBERT's detector (``capeval/vilbert-detector-x152-fpn``, 100 boxes
             as the reference's feature files), loaded when an image entry first needs it.
         chunk_size: items validated and scored at a time; a chunk's text states are held together (float32,
-            ``(wordpieces + 2) * hidden_size * 4`` bytes per text: 43 kB for 12 wordpieces on the 12-in-1 model).
+            ``(wordpieces + 2) * hidden_size * 4`` bytes per text with a task token, ``+ 1`` without: 43 kB for 12
+            wordpieces on the 12-in-1 model); with images, a chunk's distinct images are detected together.
         progress: show a progress bar of the texts encoded.
     """
 
@@ -104,7 +113,6 @@ class ViLBERTScore(Scorer):
         config = self.vilbert.model.config
         if not -len(config.t_biattention_id) <= layer < len(config.t_biattention_id):
             raise ValueError(f"layer must index one of the {len(config.t_biattention_id)} co-attention blocks")
-        self.batch_size = batch_size
         self.task_id = task_id if config.task_specific_tokens else None
         self.layer = layer
         self.num_regions = num_regions
@@ -134,34 +142,50 @@ class ViLBERTScore(Scorer):
                           "(the reference implementation gives NaN)", stacklevel=2)
         return result
 
-    def _region_entry(self, entry: Any, index: int) -> KeyedRegions:
-        """Validated, content-keyed regions of an entry (checked and hashed once per distinct object)."""
-        if not isinstance(entry, RegionFeatures):
-            entry = self._regions_of_image(entry, index)
-        return self._keyed(entry, index)
+    def _validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem, UnresolvedEntry]:
+        """Check an image entry (in the validation threads, one chunk ahead): region features validated and hashed
+        once per distinct object; images validated for the detector; entries for a ``regions=`` function kept for
+        it. Regions of images are made in :meth:`_score_chunk`, on the scoring thread, a chunk at a time."""
+        if isinstance(entry, RegionFeatures):
+            return self._keyed(entry, index)
+        if self.regions is None or isinstance(self.regions, RegionExtractor):
+            return validate_image(entry, index)
+        return UnresolvedEntry(entry, index)
 
-    def _regions_of_image(self, entry: Any, index: int) -> RegionFeatures:
-        """Regions of an image entry: from ``regions=``, else from ViLBERT's detector (``x152-fpn``, loaded when an
-        image first needs it, so that precomputed regions never load it)."""
-        if self.regions is None:
-            detector = DETECTORS["x152-fpn"]
-            self.regions = RegionExtractor(detector.load(device=self.device), detector.settings,
-                                           cache_dir=self.cache_dir)
-        if isinstance(self.regions, RegionExtractor):
-            return self.regions.region_features([validate_image(entry, index)])[0]
+    def _keyed_regions(self, entries: Sequence[Union[KeyedRegions, ImageItem, UnresolvedEntry]]) -> List[KeyedRegions]:
+        """The regions of a chunk's image entries: detected in one batch for images (ViLBERT's detector,
+        ``x152-fpn``, is loaded when an image first needs it, so precomputed regions never load it), from the
+        ``regions=`` function for the other entries."""
+        images = [entry for entry in entries if isinstance(entry, ImageItem)]
+        detected: Dict[int, KeyedRegions] = {}
+        if images:
+            if self.regions is None:
+                detector = DETECTORS["x152-fpn"]
+                self.regions = RegionExtractor(detector.load(device=self.device), detector.settings,
+                                               cache_dir=self.cache_dir)
+            assert isinstance(self.regions, RegionExtractor)
+            for image, regions in zip(images, self.regions.region_features(images)):
+                detected[image.index] = self._keyed(regions, image.index)
+        return [detected[entry.index] if isinstance(entry, ImageItem)
+                else self._from_function(entry) if isinstance(entry, UnresolvedEntry) else entry
+                for entry in entries]
+
+    def _from_function(self, entry: UnresolvedEntry) -> KeyedRegions:
+        """Regions of one entry from the ``regions=`` function, checked."""
+        assert callable(self.regions)
         try:
-            regions = self.regions(entry)
+            regions = self.regions(entry.value)
         except InputError as error:
-            raise InputError(f"images[{index}]: {error}") from None
+            raise InputError(f"images[{entry.index}]: {error}") from None
         if not isinstance(regions, RegionFeatures):
-            raise InputError(f"images[{index}]: the regions= extractor returned a {type(regions).__name__}, "
+            raise InputError(f"images[{entry.index}]: the regions= extractor returned a {type(regions).__name__}, "
                              "not RegionFeatures")
-        return regions
+        return self._keyed(regions, entry.index)
 
     def _chunks(self, images: Iterable[Any], candidates: Iterable[str],
                 references: Optional[Iterable[Sequence[str]]]) -> Iterator[ScoringItems]:
         return iter_scoring_items(images, candidates, references, self.chunk_size,
-                                  validate_image_entry=self._region_entry)
+                                  validate_image_entry=self._validate_entry)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         assert chunk.references is not None  # references_required
@@ -172,12 +196,13 @@ class ViLBERTScore(Scorer):
         self._record_truncated([position for position, text in zip(chunk.text_positions(), texts_in_order)
                                 if truncated[text_row[text]]])
 
+        entries = self._keyed_regions(chunk.images)
         items_of_image: Dict[str, List[int]] = {}
         texts_of_image: Dict[str, Dict[str, None]] = {}
-        for item, (regions, candidate, refs) in enumerate(zip(chunk.images, chunk.candidates, chunk.references)):
+        for item, (regions, candidate, refs) in enumerate(zip(entries, chunk.candidates, chunk.references)):
             items_of_image.setdefault(regions.key, []).append(item)
             texts_of_image.setdefault(regions.key, {}).update(dict.fromkeys((candidate, *refs)))
-        regions_of_image = {regions.key: regions for regions in chunk.images}
+        regions_of_image = {regions.key: regions for regions in entries}
         pairs = [TextOnRegions(regions_of_image[image], text_key(text), input_ids[text_row[text]],
                                attention_mask[text_row[text]])
                  for image, texts in texts_of_image.items() for text in texts]
