@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import warnings
 import weakref
 from collections import OrderedDict
@@ -59,12 +60,14 @@ def _row_digest(data: bytes) -> bytes:
 
 
 class DiskCache:
-    """Feature rows of one namespace in ``<root>/<namespace>.sqlite``; safe for several processes at once."""
+    """Feature rows of one namespace in ``<root>/<namespace>.sqlite``; safe for several processes at once, and for
+    several threads of one process (which share one connection, one call at a time)."""
 
     def __init__(self, root: Union[str, Path], namespace: str) -> None:
         self.path = Path(root).expanduser() / f"{namespace}.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._connection: Optional[sqlite3.Connection] = None
+        self._lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is None:
@@ -90,6 +93,10 @@ class DiskCache:
 
     def get_many(self, keys: List[str]) -> Dict[str, np.ndarray]:
         """Rows found for ``keys``; rows failing their integrity check are deleted and left out."""
+        with self._lock:
+            return self._get_many(keys)
+
+    def _get_many(self, keys: List[str]) -> Dict[str, np.ndarray]:
         connection, found, corrupt = self._connect(), {}, []
         for start in range(0, len(keys), 500):
             batch = keys[start:start + 500]
@@ -115,11 +122,12 @@ class DiskCache:
         for key, row in rows.items():
             data = np.ascontiguousarray(row).tobytes()
             records.append((key, row.dtype.str, row.shape[0], data, _row_digest(data)))
-        connection = self._connect()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            connection.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)", records)
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+        with self._lock:
+            connection = self._connect()
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                connection.executemany("INSERT OR REPLACE INTO rows VALUES (?, ?, ?, ?, ?)", records)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
