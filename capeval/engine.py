@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import warnings
 from abc import ABC, abstractmethod
-from typing import Any, Dict, Generic, Iterator, List, Mapping, Sequence, Tuple, TypeVar, Union
+from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import torch
@@ -22,12 +23,13 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
 from capeval.cache import DiskCache, MemoryCache
+from capeval.inputs import InputError
 from capeval.runtime import process_state
 
 DISK_WRITE_SECONDS = 5.0
-"""While a request runs, the rows it has computed are written to the on-disk cache at least this often, and when it
-ends or fails, so that an interrupted run (an error, ``KeyboardInterrupt``) keeps what it computed and a killed one
-loses at most this much work."""
+"""While a request runs, the rows it has computed are written to the on-disk cache after each batch that ends this
+long or longer after the last write, and when the request ends or fails: an interrupted run (an error,
+``KeyboardInterrupt``) keeps what it computed, and a killed one loses at most this long plus the batch in flight."""
 
 Item = TypeVar("Item")
 Batch = List[Tuple[str, Any]]
@@ -155,6 +157,19 @@ class EmbeddingEngine:
         return computed
 
 
+def _raise_together(error: Optional[Exception]) -> None:
+    """Every process says whether its share failed (``error``); if any did, every process raises: the failing
+    one ``error`` itself, the others the first failure, as an :class:`~capeval.inputs.InputError` with its message if
+    it was one, else as a ``RuntimeError`` naming the process and the error."""
+    failures = gather_object([None if error is None else (isinstance(error, InputError), repr(error), str(error))])
+    if error is not None:
+        raise error
+    for index, failure in enumerate(failures):
+        if failure is not None:
+            is_input_error, description, message = failure
+            raise InputError(message) if is_input_error else RuntimeError(f"process {index} failed: {description}")
+
+
 class RowRequest:
     """Rows requested from an :class:`EmbeddingEngine`, being computed (see :meth:`EmbeddingEngine.request`)."""
 
@@ -164,7 +179,28 @@ class RowRequest:
         self._mine, self._encoded, self._gather = mine, encoded, gather
 
     def result(self) -> List[np.ndarray]:
-        """One row per requested item, in order (this process's batches are run now, then rows are gathered)."""
+        """One row per requested item, in order (this process's batches are run now, then rows are gathered).
+
+        Under several processes a process whose share fails does not leave the others waiting for its rows: every
+        process learns of the failure and raises, the failing one its own error, the others an error of the same
+        kind (an :class:`~capeval.inputs.InputError` keeps its message, which names the item)."""
+        engine, kind = self._engine, self._producer.kind
+        shared = self._gather and engine.state.num_processes > 1
+        try:
+            computed = self._compute()
+        except Exception as error:
+            if not shared:
+                raise
+            _raise_together(error)
+        if self._gather:
+            if shared:
+                _raise_together(None)
+            self._table.update(engine._store(kind, computed))
+        return [self._table[key] for key in self._keys]
+
+    def _compute(self) -> Dict[str, np.ndarray]:
+        """This process's batches, run; their rows are written to the on-disk cache as :data:`DISK_WRITE_SECONDS`
+        says, and those computed before a failure are written before it propagates."""
         engine, kind = self._engine, self._producer.kind
         computed: Dict[str, np.ndarray] = {}
         unwritten: Dict[str, np.ndarray] = {}
@@ -185,13 +221,14 @@ class RowRequest:
         except BaseException:
             try:
                 engine._write(kind, unwritten)
+            except Exception as write_error:  # the failure being raised matters more than this one
+                warnings.warn(f"{len(unwritten)} computed {kind} rows could not be written to the on-disk cache "
+                              f"({write_error})")
             finally:
                 self.close()
             raise
         engine._write(kind, unwritten)
-        if self._gather:
-            self._table.update(engine._store(kind, computed))
-        return [self._table[key] for key in self._keys]
+        return computed
 
     def close(self) -> None:
         """Give this request up: stop the producer's work on it (called by :meth:`result` when it fails)."""
