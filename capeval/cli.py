@@ -229,6 +229,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
         print(f"{prefix}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
+    group_before = _process_group_initialized()
     try:
         with warnings.catch_warnings(), _third_party_bars(shown=args.verbose):
             warnings.showwarning = show_warning
@@ -238,15 +239,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{prefix}: error: {benchmark_command.in_flags(message)}", file=sys.stderr)
         return 2
     finally:
-        _leave_process_group()
+        if not group_before and _process_group_initialized():
+            _leave_process_group()
+
+
+def _process_group_initialized() -> bool:
+    """Whether this process is in a torch.distributed process group (without importing torch)."""
+    distributed = sys.modules.get("torch.distributed")
+    return distributed is not None and distributed.is_available() and distributed.is_initialized()
 
 
 def _leave_process_group() -> None:
-    """Destroy the process group that ``accelerate launch`` made this process join, if any, so that every process
-    exits cleanly (a gloo group left to the interpreter's exit can abort it)."""
-    distributed = sys.modules.get("torch.distributed")
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        distributed.destroy_process_group()
+    """Destroy the process group that the command joined (under ``accelerate launch``), so that every process exits
+    cleanly: a gloo group left to the interpreter's exit can abort it. A failure here is only warned about."""
+    import torch.distributed
+
+    try:
+        torch.distributed.destroy_process_group()
+    except Exception as error:  # the command's own result or error matters more
+        print(f"capeval: warning: could not leave the process group ({error})", file=sys.stderr)
 
 
 @contextmanager

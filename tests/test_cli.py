@@ -162,3 +162,24 @@ def test_batch_size_must_be_positive(capsys) -> None:
               "--candidates", str(EXAMPLES / "good_captions.json"), "--batch-size", "0"])
     assert exit_info.value.code == 2
     assert "must be at least 1, got 0" in capsys.readouterr().err
+
+
+KEEP_GROUP_SCRIPT = """
+import sys
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
+from capeval.cli import main
+code = main(["score", "--metric", "clipscore", "--images", sys.argv[2], "--candidates", sys.argv[1] + "/missing.json"])
+print(code, dist.is_initialized())
+"""
+
+
+def test_a_process_group_the_caller_made_is_left_in_place(tmp_path: Path) -> None:
+    """The command leaves only a process group it joined itself (under ``accelerate launch``), not its caller's."""
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", KEEP_GROUP_SCRIPT, str(tmp_path), str(EXAMPLES / "images")],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.split() == ["2", "True"]  # the missing candidates file is refused; the group remains

@@ -140,6 +140,21 @@ def test_concurrent_writers_leave_a_consistent_cache(tmp_path) -> None:
     assert all(np.array_equal(row, np.full(8, int(key[3:]), dtype=np.float32)) for key, row in rows.items())
 
 
+def test_threads_sharing_one_disk_cache_write_every_row(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = DiskCache(tmp_path, "threads")
+
+    def write(worker: int) -> None:
+        for k in range(200):
+            cache.put_many({f"w{worker}k{k}": np.full(4, k, dtype=np.float32)})
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, range(4)))  # re-raises any thread's error
+    keys = [f"w{worker}k{k}" for worker in range(4) for k in range(200)]
+    assert len(cache.get_many(keys)) == 800
+
+
 class WordLengths(RowProducer[str]):
     """Rows ``[len(word)] * 3`` in batches of two words; raises ``KeyboardInterrupt`` instead of batch ``stop_at``,
     and calls ``before_batch(index)`` before computing each batch."""
@@ -194,6 +209,49 @@ def test_rows_reach_the_disk_while_a_request_runs(tmp_path, monkeypatch, write_s
     engine.rows("word", WORDS)
     assert seen == on_disk_before_each_batch
     assert len(disk.get_many(WORDS)) == 6
+
+
+FAILING_SHARE_SCRIPT = """
+import sys
+import numpy as np
+from capeval.engine import EmbeddingEngine, RowProducer, fixed_size_batches
+from capeval.inputs import InputError
+
+class Letters(RowProducer):
+    kind = "letter"
+    def key(self, item): return item
+    def cache_key(self): return "letters"
+    def plan(self, items): return fixed_size_batches(items, 1)
+    def encode(self, batches):
+        for batch in batches:
+            if batch == ["d"]:
+                raise InputError("images[3]: cannot be decoded")
+            yield [np.zeros(2, dtype=np.float32)]
+
+engine = EmbeddingEngine([Letters()])
+assert engine.state.num_processes == 2
+try:
+    engine.rows("letter", ["a", "b", "c", "d"])
+    outcome = "no error"
+except InputError as error:
+    outcome = str(error)
+open(f"{sys.argv[1]}/rank{engine.state.process_index}.txt", "w").write(outcome)
+engine.state.destroy_process_group()
+"""
+
+
+def test_a_failing_share_raises_on_every_process_instead_of_hanging(tmp_path) -> None:
+    """Process 1 computes "b" and "d" (batches are dealt in turn) and fails on "d"; process 0, done with its own
+    share, raises the same InputError instead of waiting for rows that never come."""
+    script = tmp_path / "fail.py"
+    script.write_text(FAILING_SHARE_SCRIPT)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               "29519", str(script), str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert [(tmp_path / f"rank{rank}.txt").read_text() for rank in range(2)] == ["images[3]: cannot be decoded"] * 2
 
 
 DISTRIBUTED_SCRIPT = """

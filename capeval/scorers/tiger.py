@@ -147,7 +147,8 @@ class TIGErScore(Scorer):
             batch.
         text_batch_size: captions per forward pass of the GRU text encoder (sorted by length; larger batches use the
             CPU better).
-        cache_dir: folder of the on-disk cache of region embeddings, word embeddings and grounding vectors.
+        cache_dir: folder of the on-disk cache of region embeddings, word embeddings and grounding vectors (and of
+            the detector's regions, when ``regions`` names a detector).
         chunk_size: items validated and scored at a time.
         progress: show progress bars.
     """
@@ -177,6 +178,7 @@ class TIGErScore(Scorer):
                              f"{self.precision!r}")
         self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
         self._region_source = regions
+        self.cache_dir = cache_dir
         self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
         self.engine = EmbeddingEngine([RegionEmbeddings(self.scan, batch_size), WordEmbeddings(self.scan, text_batch_size),
                                        GroundingVectors(self.scan, batch_size)], cache_dir=cache_dir,
@@ -241,7 +243,7 @@ class TIGErScore(Scorer):
         if callable(source):
             return source
         detector = DETECTORS["bottom-up"]
-        return RegionExtractor(detector.load(source, device=self.device), detector.settings)
+        return RegionExtractor(detector.load(source, device=self.device), detector.settings, cache_dir=self.cache_dir)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         entries = list(chunk.images)
