@@ -147,27 +147,30 @@ class EmbeddingEngine:
         if disk is not None and rows:
             disk.put_many(rows)
 
-    def _store(self, kind: str, computed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Count this process's computed rows (already on disk); every process's rows, gathered, in memory."""
+    def _store(self, kind: str, computed: Dict[str, np.ndarray],
+               failure: Optional[Exception] = None) -> Dict[str, np.ndarray]:
+        """Count this process's computed rows (already on disk); every process's rows, gathered, in memory.
+
+        Under several processes the rows travel with each process's ``failure`` (its share's error, if any; only
+        given there) in one gather, so a failed share does not leave the other processes waiting for its rows: if
+        any process failed, every process raises, the failing one ``failure`` itself, the others the first failure,
+        as an :class:`~capeval.inputs.InputError` with its message if it was one, else as a ``RuntimeError`` naming
+        the process and the error."""
         self.encoded[kind] += len(computed)
         if self.state.num_processes > 1:
-            for part in gather_object([computed]):
+            record = None if failure is None else (isinstance(failure, InputError), repr(failure), str(failure))
+            shares = gather_object([(record, computed)])
+            if failure is not None:
+                raise failure
+            for index, (other_failure, _) in enumerate(shares):
+                if other_failure is not None:
+                    is_input_error, description, message = other_failure
+                    raise InputError(message) if is_input_error else RuntimeError(
+                        f"process {index} failed: {description}")
+            for _, part in shares:
                 computed.update(part)
         self._memory[kind].put_many(computed)
         return computed
-
-
-def _raise_together(error: Optional[Exception]) -> None:
-    """Every process says whether its share failed (``error``); if any did, every process raises: the failing
-    one ``error`` itself, the others the first failure, as an :class:`~capeval.inputs.InputError` with its message if
-    it was one, else as a ``RuntimeError`` naming the process and the error."""
-    failures = gather_object([None if error is None else (isinstance(error, InputError), repr(error), str(error))])
-    if error is not None:
-        raise error
-    for index, failure in enumerate(failures):
-        if failure is not None:
-            is_input_error, description, message = failure
-            raise InputError(message) if is_input_error else RuntimeError(f"process {index} failed: {description}")
 
 
 class RowRequest:
@@ -185,17 +188,14 @@ class RowRequest:
         process learns of the failure and raises, the failing one its own error, the others an error of the same
         kind (an :class:`~capeval.inputs.InputError` keeps its message, which names the item)."""
         engine, kind = self._engine, self._producer.kind
-        shared = self._gather and engine.state.num_processes > 1
         try:
-            computed = self._compute()
+            computed, failure = self._compute(), None
         except Exception as error:
-            if not shared:
+            if not (self._gather and engine.state.num_processes > 1):
                 raise
-            _raise_together(error)
+            computed, failure = {}, error
         if self._gather:
-            if shared:
-                _raise_together(None)
-            self._table.update(engine._store(kind, computed))
+            self._table.update(engine._store(kind, computed, failure))
         return [self._table[key] for key in self._keys]
 
     def _compute(self) -> Dict[str, np.ndarray]:
