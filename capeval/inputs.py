@@ -232,6 +232,69 @@ def _sized(values: Iterable[object]) -> Optional[int]:
     return len(values) if hasattr(values, "__len__") else None  # type: ignore[arg-type]
 
 
+def _check_lengths(images: Iterable[ImageInput], candidates: Iterable[str],
+                   references: Optional[Iterable[Sequence[str]]]) -> None:
+    """Refuse single values given for lists, and sized inputs that differ in length."""
+    check_not_single("images", images, "a list of images (one per candidate)")
+    check_not_single("candidates", candidates, "a list of strings")
+    lengths = {"images": _sized(images), "candidates": _sized(candidates)}
+    if references is not None:
+        check_not_single("references", references, "a list of lists of strings")
+        lengths["references"] = _sized(references)
+    known = {name: n for name, n in lengths.items() if n is not None}
+    if len(set(known.values())) > 1:
+        raise InputError("inputs differ in length: " + ", ".join(f"{n} {name}" for name, n in known.items()))
+
+
+_ENDED = object()
+"""What :func:`_raw_chunk` reads from an input that has run out."""
+
+
+def _raw_chunk(inputs: Tuple[Iterator[object], ...], start: int, chunk_size: int) -> List[Tuple[object, ...]]:
+    """Up to ``chunk_size`` (image, candidate[, references]) tuples read in step from ``inputs`` (fewer at the end);
+    an input that runs out before the others is an error."""
+    raw: List[Tuple[object, ...]] = []
+    while len(raw) < chunk_size:
+        values = tuple(next(values_iter, _ENDED) for values_iter in inputs)
+        ended = [name for name, value in zip(("images", "candidates", "references"), values) if value is _ENDED]
+        if ended:
+            if len(ended) < len(inputs):
+                raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {start + len(raw)} items")
+            break
+        raw.append(values)
+    return raw
+
+
+def _validated_chunk(
+    pool: ThreadPoolExecutor, raw: List[Tuple[object, ...]], start: int, with_references: bool,
+    validate_image_entry: Callable[[Any, int], Any],
+) -> ScoringItems:
+    """The items of ``raw`` validated: image entries in ``pool``'s threads (file reads and hashing release the GIL),
+    errors raised in item order, each item's image before its texts; equal images share one copy of their data."""
+    validated = [pool.submit(validate_image_entry, values[0], start + i) for i, values in enumerate(raw)]
+    chunk_images: List[Any] = []
+    chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
+    chunk_captions: List[str] = []
+    chunk_refs: List[Tuple[str, ...]] = []
+    try:
+        for position, values in enumerate(raw):
+            index = start + position
+            item = validated[position].result()
+            validated[position] = None  # keep one copy of each distinct image's bytes, not one per item
+            if isinstance(item, ImageItem):
+                item = replace(item, data=chunk_data.setdefault(item.key, item.data))
+            chunk_images.append(item)
+            chunk_captions.append(validate_caption(values[1], f"candidates[{index}]"))
+            if with_references:
+                chunk_refs.append(validate_references(values[2], index))
+    finally:
+        for future in validated:
+            if future is not None:
+                future.cancel()
+    return ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
+                        tuple(chunk_refs) if with_references else None)
+
+
 def iter_scoring_items(
     images: Iterable[ImageInput],
     candidates: Iterable[str],
@@ -249,64 +312,20 @@ def iter_scoring_items(
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
     """
-    check_not_single("images", images, "a list of images (one per candidate)")
-    check_not_single("candidates", candidates, "a list of strings")
-    lengths = {"images": _sized(images), "candidates": _sized(candidates)}
-    if references is not None:
-        check_not_single("references", references, "a list of lists of strings")
-        lengths["references"] = _sized(references)
-    known = {name: n for name, n in lengths.items() if n is not None}
-    if len(set(known.values())) > 1:
-        raise InputError("inputs differ in length: " + ", ".join(f"{n} {name}" for name, n in known.items()))
-
-    sentinel = object()
-    image_iter, caption_iter = iter(images), iter(candidates)
-    reference_iter = iter(references) if references is not None else None
-    index = 0
+    _check_lengths(images, candidates, references)
+    inputs = (iter(images), iter(candidates), *(() if references is None else (iter(references),)))
+    start = 0
     workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capeval-validation") as pool:
         while True:
-            raw: List[Tuple[object, object, object]] = []
-            start = index
-            while len(raw) < chunk_size:
-                image = next(image_iter, sentinel)
-                caption = next(caption_iter, sentinel)
-                refs = next(reference_iter, sentinel) if reference_iter is not None else None
-                ended = [name for name, value in (("images", image), ("candidates", caption), ("references", refs))
-                         if value is sentinel]
-                if ended:
-                    if len(ended) < (3 if reference_iter is not None else 2):
-                        raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {start + len(raw)} "
-                                         "items")
-                    break
-                raw.append((image, caption, refs))
-            # image entries are validated in threads (file reads and hashing release the GIL); errors are raised in
-            # item order, each item's image before its texts
-            validated = [pool.submit(validate_image_entry, image, start + i) for i, (image, _, _) in enumerate(raw)]
-            chunk_images: List[Any] = []
-            chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
-            chunk_captions: List[str] = []
-            chunk_refs: List[Tuple[str, ...]] = []
-            try:
-                for position, (_, caption, refs) in enumerate(raw):
-                    item = validated[position].result()
-                    validated[position] = None  # keep one copy of each distinct image's bytes, not one per item
-                    if isinstance(item, ImageItem):
-                        item = replace(item, data=chunk_data.setdefault(item.key, item.data))
-                    chunk_images.append(item)
-                    chunk_captions.append(validate_caption(caption, f"candidates[{index}]"))
-                    if reference_iter is not None:
-                        chunk_refs.append(validate_references(refs, index))
-                    index += 1
-            finally:
-                for future in validated:
-                    if future is not None:
-                        future.cancel()
-            del raw, validated
-            if chunk_captions:
-                yield ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
-                                   tuple(chunk_refs) if reference_iter is not None else None)
-            if len(chunk_captions) < chunk_size:
-                if index == 0:
+            raw = _raw_chunk(inputs, start, chunk_size)
+            count = len(raw)
+            if count:
+                chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry)
+                del raw  # the caller's entries; the chunk holds what scoring needs
+                yield chunk
+                start += count
+            if count < chunk_size:
+                if start == 0:
                     raise InputError("no items to score: images and candidates are empty")
                 return

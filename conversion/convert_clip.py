@@ -219,7 +219,22 @@ def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> d
     if mode == "refuse":
         raise CheckpointError(f"checkpoint holds {len(factor_names)} LoRA factors (e.g. {factor_names[:3]}) and "
                               "lora mode is 'refuse'")
-    targets: dict[str, tuple[bool, bool]] = {}  # weight key -> (is the patch convolution, is the update applied)
+    targets = _lora_targets(state_dict)
+    _check_lora_factors(factor_names, targets)
+    scaling = LORA_ALPHA / _lora_common_rank(state_dict, targets)
+    merged = {key: value for key, value in state_dict.items() if LORA_MARKER not in key}
+    for key, (_, applied) in targets.items():
+        if applied:
+            name_a, name_b = _lora_factor_pair(key)
+            update = state_dict[name_b].double() @ state_dict[name_a].double()
+            weight = state_dict[key]
+            merged[key] = (weight.double() + update.reshape(weight.shape) * scaling).float()
+    return merged
+
+
+def _lora_targets(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tuple[bool, bool]]:
+    """Weight key -> (is the patch convolution, is the update applied) of every weight PAC-S++'s LoRA CLIP adapts."""
+    targets: dict[str, tuple[bool, bool]] = {}
     for key in state_dict:
         if _CONV_LORA_WEIGHT.match(key):
             targets[key] = (True, True)
@@ -227,6 +242,11 @@ def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> d
             targets[key] = (False, True)
         elif _MLP_LORA_WEIGHT.match(key):
             targets[key] = (False, False)
+    return targets
+
+
+def _check_lora_factors(factor_names: Sequence[str], targets: Mapping[str, tuple[bool, bool]]) -> None:
+    """Refuse factors that no target weight has, and target weights without their two factors."""
     expected = {name for key in targets for name in _lora_factor_pair(key)}
     unexpected = [name for name in factor_names if name not in expected]
     missing = sorted(expected.difference(factor_names))
@@ -234,6 +254,10 @@ def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> d
         raise CheckpointError(
             "LoRA factors do not match PAC-S++'s LoRA CLIP (visual.conv1 and every block's attn.in_proj_weight, "
             f"attn.out_proj, mlp.c_fc, mlp.c_proj): unexpected factors {unexpected}, missing factors {missing}")
+
+
+def _lora_common_rank(state_dict: Mapping[str, torch.Tensor], targets: Mapping[str, tuple[bool, bool]]) -> int:
+    """The one rank of every factor pair; refuses pairs whose shapes do not fit their weight, and mixed ranks."""
     ranks: dict[str, int] = {}
     misfits = []
     for key, (conv, _) in targets.items():
@@ -252,15 +276,7 @@ def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> d
         others = {key: other for key, other in ranks.items() if other != rank}
         raise CheckpointError(f"LoRA factors of different ranks: {counts[rank]} weights have rank {rank}, "
                               f"these others: {others}")
-    scaling = LORA_ALPHA / rank
-    merged = {key: value for key, value in state_dict.items() if LORA_MARKER not in key}
-    for key, (_, applied) in targets.items():
-        if applied:
-            name_a, name_b = _lora_factor_pair(key)
-            update = state_dict[name_b].double() @ state_dict[name_a].double()
-            weight = state_dict[key]
-            merged[key] = (weight.double() + update.reshape(weight.shape) * scaling).float()
-    return merged
+    return rank
 
 
 def _require(state_dict: Mapping[str, torch.Tensor], keys: Sequence[str]) -> None:
