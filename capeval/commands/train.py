@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from capeval.models.bridge.configuration import BridgeConfig
 
 if TYPE_CHECKING:
-    from capeval.models.bridge.training import TrainingConfig
+    from capeval.training.bridge import TrainingConfig
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -54,7 +54,7 @@ def register_bridge(subparsers: "argparse._SubParsersAction[argparse.ArgumentPar
 def build_config(args: argparse.Namespace) -> "TrainingConfig":
     """The training run that the arguments of ``capeval train bridge`` describe."""
     from capeval.models.bridge.losses import LossWeights
-    from capeval.models.bridge.training import TrainingConfig
+    from capeval.training.bridge import TrainingConfig
 
     model = BridgeConfig.from_dict(json.loads(args.model_config.read_text())) if args.model_config else BridgeConfig()
     if args.backbone:
@@ -75,7 +75,7 @@ def build_config(args: argparse.Namespace) -> "TrainingConfig":
 
 def run_bridge(args: argparse.Namespace) -> int:
     """Handler of ``capeval train bridge``."""
-    from capeval.models.bridge.training import BridgeTrainer
+    from capeval.training.bridge import BridgeTrainer
 
     folder = BridgeTrainer(build_config(args)).train()
     print(f"BRIDGE model and run card written to {folder}")
