@@ -162,20 +162,25 @@ def run(args: argparse.Namespace) -> int:
     images = _images(args, keys)
     family = FAMILIES[args.metric]
     result = _score_by_key(_scorer(family, args), keys, images, candidates, references)
+    _report(family, result, keys, args.output)
+    return 0
 
+
+def _report(family: MetricFamily, result: Dict[str, Any], keys: Sequence[str], output: Optional[Path]) -> None:
+    """Print the corpus scores as the reference code prints them, and the signature; write the corpus and per-item
+    scores keyed by image id to ``output`` when given."""
     names = [name for name in family.result_keys if name in result]
     for name in names:
         print(f"{family.result_keys[name]}: {result[name]:.4f}")
     print(f"Signature: {result['signature']}")
-    if args.output is not None:
+    if output is not None:
         report = {
-            "metric": args.metric,
+            "metric": family.name,
             "signature": result["signature"],
             **{name: result[name] for name in names},
             "scores": {key: {name: result[f"{name}s"][index] for name in names} for index, key in enumerate(keys)},
         }
-        args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return 0
+        output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> argparse.ArgumentParser:
