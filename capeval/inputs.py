@@ -1,7 +1,8 @@
 """Input validation: every image, caption and reference list is checked here, once, before any model work.
 
 Errors name the offending item by index. Images become :class:`ImageItem` objects carrying a content hash, so the
-embedding engine can encode each distinct image once whatever form it arrived in.
+embedding engine can encode each distinct image once whatever form it arrived in. Folders of images (the commands'
+``--images``) are read by :func:`images_by_stem`.
 """
 from __future__ import annotations
 
@@ -159,6 +160,22 @@ def validate_references(references: object, index: int) -> Tuple[str, ...]:
     if len(references) == 0:
         raise InputError(f"references[{index}] is empty; reference-based scores need at least one reference")
     return tuple(validate_caption(ref, f"references[{index}][{j}]") for j, ref in enumerate(references))
+
+
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
+"""File extensions (any case) of the images read from a folder."""
+
+
+def images_by_stem(folder: Path) -> Dict[str, List[Path]]:
+    """The image files in ``folder`` (an extension in :data:`IMAGE_EXTENSIONS`) by file stem, the image id; the files
+    of one stem are sorted by name (several of them are for the caller to refuse or not)."""
+    if not folder.is_dir():
+        raise InputError(f"image folder not found: {folder}")
+    found: Dict[str, List[Path]] = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file():
+            found.setdefault(path.stem, []).append(path)
+    return found
 
 
 TextPosition = Tuple[int, Optional[int]]

@@ -10,10 +10,10 @@ from PIL import Image
 from scipy import stats as scipy_stats
 
 from capeval.benchmarks import Benchmark, FoilItem, PairwiseItem, RatedItem, load_benchmark
-from capeval.benchmarks import command as benchmark_command
 from capeval.benchmarks.report import write_report
 from capeval.benchmarks.runner import builtin_metrics, run_benchmark
 from capeval.cli import main
+from capeval.commands import benchmark as benchmark_command
 
 
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from bridge_fixtures import TAGGED_WORDS, make_tiny_blip, synthetic_images, tiny_bridge_config, word_tagger
 from capeval import BRIDGEScore
-from capeval.models.bridge.training import BridgeTrainer, TrainingConfig
+from capeval.training.bridge import BridgeTrainer, TrainingConfig
 
 NOUNS = [word for word, tag in TAGGED_WORDS.items() if tag.startswith("NN")]
 ADJECTIVES = [word for word, tag in TAGGED_WORDS.items() if tag == "JJ"]
@@ -85,7 +85,7 @@ TWO_PROCESS_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
 from bridge_fixtures import word_tagger
-from capeval.models.bridge.training import BridgeTrainer, TrainingConfig
+from capeval.training.bridge import BridgeTrainer, TrainingConfig
 config = TrainingConfig.from_dict(json.loads(open(sys.argv[1]).read()))
 trainer = BridgeTrainer(config, tagger=word_tagger())
 assert trainer.accelerator.num_processes == 2

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from capeval import CLIPScore, InputError
-from capeval.inputs import TruncationWarning
+from capeval.inputs import TruncationWarning, images_by_stem
 from capeval.models.clip import loading
 
 
@@ -174,3 +174,12 @@ def test_rgba_bytes_and_pil_palette_inputs_are_accepted(scorer, example_images) 
     palette = Image.open(image_2).quantize(colors=16)
     result = scorer.score([buffer.getvalue(), palette], ["a cat", "a dog"])
     assert len(result["clip_scores"]) == 2 and all(np.isfinite(result["clip_scores"]))
+
+
+def test_images_of_a_folder_by_stem(tmp_path: Path) -> None:
+    for name in ("b.PNG", "a.jpg", "b.jpg", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "folder.jpg").mkdir()
+    assert images_by_stem(tmp_path) == {"a": [tmp_path / "a.jpg"], "b": [tmp_path / "b.PNG", tmp_path / "b.jpg"]}
+    with pytest.raises(InputError, match="image folder not found"):
+        images_by_stem(tmp_path / "absent")

@@ -21,7 +21,7 @@ from PIL import Image
 import capeval
 from capeval import CLIPScore, InputError, ModelNotAvailableError, PACScore
 from capeval.benchmarks import BenchmarkFormatError, builtin_metrics, load_benchmark, run_benchmark
-from capeval.benchmarks.command import split_models
+from capeval.commands.benchmark import split_models
 from capeval.cli import main
 from capeval.inputs import validate_image
 from capeval.options import checked_device

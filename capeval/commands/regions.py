@@ -8,17 +8,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
-from capeval.inputs import InputError
+from capeval.commands.arguments import family_label, listed, region_families
+from capeval.inputs import IMAGE_EXTENSIONS, InputError, images_by_stem
 from capeval.models.regions.configuration import ADAPTIVE
 from capeval.models.regions.detectors import DETECTORS
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``regions`` subcommand to the capeval command's subparsers."""
+    metrics = listed([family_label(family) for family in region_families()], last="and")
     parser = subparsers.add_parser(
-        "regions", help="region features of images (bottom-up detector for TIGEr, x152-fpn for ViLBERTScore)",
+        "regions", help=f"region features of images for the region-based metrics ({metrics})",
         description="Detect regions in every image of --images and write their features, boxes and image sizes to "
-                    "--out, keyed by file stem; rerunning skips the images already written.")
+                    "--out, keyed by file stem; rerunning skips the images already written. The features stand in "
+                    f"for the images of {metrics} (`capeval score --regions`, `capeval benchmark --regions`).")
     parser.add_argument("--detector", choices=sorted(DETECTORS), default="bottom-up",
                         help="bottom-up: the bottom-up attention detector (TIGEr; top 36 regions); x152-fpn: "
                              "vilbert-multi-task's ResNeXt-152 FPN detector (ViLBERTScore; top 100 regions)")
@@ -40,22 +43,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def image_files(folder: Path) -> Dict[str, Path]:
     """``{file stem: path}`` of the images in ``folder``; two files with one stem are an error."""
-    from capeval.cli import IMAGE_EXTENSIONS
-
-    if not folder.is_dir():
-        raise InputError(f"--images {folder} is not a folder")
-    found: Dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in IMAGE_EXTENSIONS:
-            if path.stem in found:
-                raise InputError(f"{found[path.stem].name} and {path.name} share the image id {path.stem!r}")
-            found[path.stem] = path
+    found = images_by_stem(folder)
+    for stem, paths in found.items():
+        if len(paths) > 1:
+            raise InputError(f"{paths[0].name} and {paths[1].name} share the image id {stem!r}")
     if not found:
         raise InputError(f"no images ({', '.join(sorted(IMAGE_EXTENSIONS))}) in {folder}")
-    return found
+    return {stem: paths[0] for stem, paths in found.items()}
 
 
 def run(args: argparse.Namespace) -> int:
+    """Handler of ``capeval regions``."""
     # imported here, so that ``capeval --help`` loads no torch
     from capeval.models.regions.extraction import RegionExtractor, extract_to_file
     from capeval.runtime import resolve_device

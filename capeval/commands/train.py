@@ -1,16 +1,28 @@
-"""``capeval train bridge``: train BRIDGE's mapping network on COCO (run under ``accelerate launch`` for several
-processes or mixed precision)."""
+"""``capeval train``: train the learned parts of a metric. ``capeval train bridge`` trains BRIDGE's mapping network
+on COCO (run under ``accelerate launch`` for several processes or mixed precision)."""
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from capeval.models.bridge.configuration import BridgeConfig
 
+if TYPE_CHECKING:
+    from capeval.training.bridge import TrainingConfig
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add the ``train`` subcommand, with one subcommand per trainable model, to the capeval command's subparsers."""
+    train = subparsers.add_parser("train", help="train a learned metric (bridge)",
+                                  description="Train the learned parts of a metric.")
+    register_bridge(train.add_subparsers(dest="model", required=True, metavar="MODEL"))
+
+
+def register_bridge(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``bridge`` to the subparsers of ``capeval train``."""
     parser = subparsers.add_parser(
         "bridge", help="train BRIDGE's mapping network on COCO (Karpathy splits)",
         description="Train BRIDGE (Sarto et al., 2024) on COCO: BLIP templates are computed once and cached, then the "
@@ -36,12 +48,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--num-workers", type=int)
     parser.add_argument("--validation-root", help="Flickr8k folder: Flickr8k-Expert correlations after each epoch")
     parser.add_argument("--validation-images", help="folder of the Flickr8k images")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run_bridge)
 
 
-def build_config(args: argparse.Namespace):
+def build_config(args: argparse.Namespace) -> "TrainingConfig":
+    """The training run that the arguments of ``capeval train bridge`` describe."""
     from capeval.models.bridge.losses import LossWeights
-    from capeval.models.bridge.training import TrainingConfig
+    from capeval.training.bridge import TrainingConfig
 
     model = BridgeConfig.from_dict(json.loads(args.model_config.read_text())) if args.model_config else BridgeConfig()
     if args.backbone:
@@ -60,8 +73,9 @@ def build_config(args: argparse.Namespace):
                           **{name: value for name, value in options.items() if value is not None})
 
 
-def run(args: argparse.Namespace) -> int:
-    from capeval.models.bridge.training import BridgeTrainer
+def run_bridge(args: argparse.Namespace) -> int:
+    """Handler of ``capeval train bridge``."""
+    from capeval.training.bridge import BridgeTrainer
 
     folder = BridgeTrainer(build_config(args)).train()
     print(f"BRIDGE model and run card written to {folder}")

@@ -43,6 +43,7 @@ from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.clip.modeling import pooled_text_states
 from capeval.models.clip.preprocessing import pad_token_ids
 from capeval.runtime import process_state
+from capeval.scorers.bridge import BRIDGEScore
 from capeval.version import __version__
 
 TRAIN_SPLITS = ("train", "restval")
@@ -375,8 +376,6 @@ class BridgeTrainer:
         """Correlations with Flickr8k-Expert after ``epoch`` (when ``validation_root`` is given)."""
         if self.config.validation_root is None:
             return
-        from capeval.scorers.bridge import BRIDGEScore
-
         folder = self.save_model(self.output / "epochs" / f"epoch-{epoch}")
         root = Path(self.config.validation_root)
         benchmark = load_benchmark("flickr8k-expert", root)

@@ -1,7 +1,8 @@
 """``capeval benchmark``: run metrics on a human-judgment benchmark and write JSON, Markdown and plots.
 
 The benchmark API (:func:`capeval.benchmarks.load_benchmark`, :func:`capeval.benchmarks.run_benchmark`) names its
-parameters in its errors as Python does (``root=``, ``image_dir``); this command reports them by its flags.
+parameters in its errors as Python does (``root=``, ``image_dir``); the command reports them by its flags
+(:func:`capeval.commands.arguments.in_flags`).
 """
 from __future__ import annotations
 
@@ -13,38 +14,13 @@ from typing import Any, Dict, List, Optional, Tuple
 from capeval.benchmarks.datasets import available_benchmarks, load_benchmark
 from capeval.benchmarks.report import markdown_report, write_report
 from capeval.benchmarks.runner import BUILTIN_METRICS, builtin_metrics, run_benchmark
-from capeval.registry import BENCHMARK_METRICS
+from capeval.commands.arguments import positive_int, region_families
 from capeval.inputs import InputError
 from capeval.outputs import check_output_folder
+from capeval.registry import BENCHMARK_METRICS
 
 SOURCES = ("auto", "text", "json", "csv", "parquet", "hub", "amt", "jsonl")
 """Values of ``load_benchmark(source=...)`` across the benchmarks (each benchmark accepts some, see its loader)."""
-
-FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
-    ("source='hub'", "--source hub"),
-    ("needs root=", "needs --data-root"),
-    ("pass root=", "pass --data-root"),
-    ("pass image_dir", "pass --images"),
-    ("root=", "--data-root"),
-    ("model=<", "--model <"),
-)
-"""How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
-
-
-def in_flags(message: str) -> str:
-    """An API error message with its parameter names replaced by the command line's flags."""
-    for parameter, flag in FLAG_OF_PARAMETER:
-        message = message.replace(parameter, flag)
-    return message
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def split_models(values: Optional[List[str]]) -> Tuple[Optional[str], Dict[str, str]]:
     """``--model`` values as (the model for every embedding metric, {metric: model}).
@@ -85,10 +61,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--metric", required=True, action="append", choices=BUILTIN_METRICS,
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
     parser.add_argument("--images", type=Path, help="folder holding the benchmark's images (embedding metrics)")
+    region_metrics = [name for family in region_families() for name in family.benchmark_metrics]
     parser.add_argument("--regions", type=Path,
                         help="precomputed region features keyed by image id (.npz as `capeval regions` writes, or a "
-                             "bottom-up-attention .tsv) for the region-based metrics (tiger, vilbert_p, vilbert_r, "
-                             "vilbert_f), which then need no images")
+                             f"bottom-up-attention .tsv) for the region-based metrics ({', '.join(region_metrics)}), "
+                             "which then need no images")
     parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
@@ -98,7 +75,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--model", action="append", metavar="[METRIC=]MODEL",
                         help="hub id or local folder replacing the default backbone: METRIC=MODEL for one metric "
                              f"({', '.join(BENCHMARK_METRICS)}; repeat for several), or MODEL for all of them when "
-                             "they are of one family (CLIP-S or PAC-S)")
+                             "they are of one family (one scorer)")
     parser.add_argument("--device", help="torch device (default: Accelerate's)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass")
     parser.add_argument("--bootstrap", type=positive_int, default=1000,
