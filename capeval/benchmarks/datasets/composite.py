@@ -7,7 +7,6 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from capeval.benchmarks.datasets import polos
 from capeval.benchmarks.datasets.base import (
     Benchmark,
     BenchmarkFormatError,
@@ -21,6 +20,7 @@ from capeval.benchmarks.datasets.base import (
     coco_references,
     tab_rows,
 )
+from capeval.benchmarks.datasets.polos import polos_csv_items
 from capeval.inputs import InputError
 
 _HOW = (
@@ -166,7 +166,7 @@ def _read_csv(folder: Path, drop_first_reference: bool) -> ItemsRead:
                          "csv does not say which candidate is the human one)")
     path = COMPOSITE.locate(folder, ["en_test_composite_da.csv"])
     description = f"read from the Polos csv {path} (imgid, mt, refs, score) as distributed, references as listed"
-    return ItemsRead(polos.csv_items(path), f"csv:{path}", description, str(path.parent / "images"))
+    return ItemsRead(polos_csv_items(path), f"csv:{path}", description, str(path.parent / "images"))
 
 
 def load_composite(

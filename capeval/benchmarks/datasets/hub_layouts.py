@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from capeval.benchmarks.datasets import polos
 from capeval.benchmarks.datasets.base import (
     Benchmark,
     BenchmarkFormatError,
@@ -20,6 +19,7 @@ from capeval.benchmarks.datasets.base import (
     as_number,
     as_references,
 )
+from capeval.benchmarks.datasets.polos import polos_csv_items, polos_json_items
 from capeval.inputs import InputError
 
 _STATISTICS = ("kendall_tau_c", "kendall_tau_b")
@@ -208,7 +208,7 @@ def _detected_source(layout: HubLayout, root: Optional[PathLike], split: str) ->
 def _read_record_file(layout: HubLayout, root: Optional[PathLike], source: str, split: str) -> ItemsRead:
     """Items of the Polos / DENEB ``csv`` or ``json`` file of ``split``."""
     path = layout.spec.locate(root, [f"{layout.file_stem(split)}.{source}"])
-    items = polos.csv_items(path) if source == "csv" else polos.json_items(path)
+    items = polos_csv_items(path) if source == "csv" else polos_json_items(path)
     description = (f"read from {path} (Polos {source} layout: imgid, mt, refs, score; one "
                    f"{'row' if source == 'csv' else 'record'} per rated candidate)")
     return ItemsRead(items, f"{source}:{path}", description, str(path.parent / "images"))

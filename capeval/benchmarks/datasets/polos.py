@@ -30,7 +30,7 @@ def _item(row: Dict[str, Any], references: Any, index: int, where: str, image: s
     )
 
 
-def csv_items(path: Path) -> List[RatedItem]:
+def polos_csv_items(path: Path) -> List[RatedItem]:
     """Items of a csv in the Polos / DENEB layout: ``imgid``, ``mt``, ``refs`` (a Python list literal), ``score``."""
     items = []
     with open(path, encoding="utf-8", newline="") as handle:
@@ -48,7 +48,7 @@ def csv_items(path: Path) -> List[RatedItem]:
     return items
 
 
-def json_items(path: Path) -> List[RatedItem]:
+def polos_json_items(path: Path) -> List[RatedItem]:
     """Items of a JSON list of ``{"imgid", "mt", "refs", "score"}`` records, the layout that evaluation scripts of
     later metrics distribute (``polaris_test.json``, ``nebula_test.json``); the image is ``<imgid>.jpg`` (``imgid``
     as it is when it already ends in an image suffix), as those scripts name it."""
