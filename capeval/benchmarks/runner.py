@@ -30,7 +30,7 @@ from capeval.benchmarks.statistics import (
 )
 from capeval.benchmarks.tasks import MetricInputs, task_type
 from capeval.inputs import InputError
-from capeval.models.regions.lookup import RegionLookup
+from capeval.models.regions.files import RegionLookup
 from capeval.options import check_positive_int
 from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
 
