@@ -79,16 +79,20 @@ def assign_models(
     if not_selected:
         raise InputError(f"a model is given for {', '.join(not_selected)}, which is not among the selected embedding "
                          f"metrics ({', '.join(embedding) or 'none'})")
-    rest = [name for name in embedding if name not in models]
     if model is not None:
-        if not rest:
-            raise InputError(f"model {str(model)!r} is given for no metric: every selected metric has its own model "
-                             "or takes none")
-        families = sorted({BENCHMARK_METRICS[name][0] for name in rest})
-        if len(families) > 1:
-            raise InputError(f"one model for {', '.join(rest)} is ambiguous ({' and '.join(families)} have different "
-                             "default backbones); give a model per metric (capeval benchmark --model <metric>=<model>)")
+        _check_shared_model(model, [name for name in embedding if name not in models])
     return {name: models.get(name, model) for name in embedding}
+
+
+def _check_shared_model(model: ModelRef, rest: Sequence[str]) -> None:
+    """Raise InputError unless the metrics ``rest`` (those without a model of their own) can share ``model``."""
+    if not rest:
+        raise InputError(f"model {str(model)!r} is given for no metric: every selected metric has its own model "
+                         "or takes none")
+    families = sorted({BENCHMARK_METRICS[name][0] for name in rest})
+    if len(families) > 1:
+        raise InputError(f"one model for {', '.join(rest)} is ambiguous ({' and '.join(families)} have different "
+                         "default backbones); give a model per metric (capeval benchmark --model <metric>=<model>)")
 
 
 class RegionFeatureMetric(ScorerMetric):
@@ -112,6 +116,16 @@ class RegionFeatureMetric(ScorerMetric):
         return super().__call__(regions, candidates, references)  # type: ignore[arg-type]
 
 
+def _check_metric_names(names: Sequence[str]) -> None:
+    """Raise InputError on a name that is not in ``BUILTIN_METRICS`` or is listed twice."""
+    unknown = [name for name in names if name not in BUILTIN_METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
+    duplicated = sorted({name for name in names if list(names).count(name) > 1})
+    if duplicated:
+        raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
+
+
 def builtin_metrics(
     names: Sequence[str],
     *,
@@ -131,12 +145,7 @@ def builtin_metrics(
     keyed by image id, as ``capeval regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics
     (``tiger``, ``vilbert_*``) their precomputed region features instead of the images.
     """
-    unknown = [name for name in names if name not in BUILTIN_METRICS]
-    if unknown:
-        raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
-    duplicated = sorted({name for name in names if list(names).count(name) > 1})
-    if duplicated:
-        raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
+    _check_metric_names(names)
     chosen = assign_models(names, model, models)
     scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
