@@ -20,14 +20,8 @@ from tqdm.auto import tqdm
 
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, check_images
-from capeval.benchmarks.statistics import (
-    TIE_CREDITS,
-    Estimate,
-    ImageBootstrap,
-    PairedComparison,
-    paired_comparison,
-    percentile_interval,
-)
+from capeval.benchmarks.statistics import (TIE_CREDITS, Estimate, ImageBootstrap, PairedComparison, paired_comparison,
+                                           percentile_interval)
 from capeval.benchmarks.tasks import MetricInputs, task_type
 from capeval.inputs import InputError
 from capeval.models.regions.files import RegionLookup

@@ -14,16 +14,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 import numpy as np
 
 from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem
-from capeval.benchmarks.statistics import (
-    CORRELATION_STATISTICS,
-    ImageBootstrap,
-    accuracy_names,
-    accuracy_replicates,
-    category_accuracies,
-    correlation_replicates,
-    correlations,
-    preference_credit,
-)
+from capeval.benchmarks.statistics import (CORRELATION_STATISTICS, ImageBootstrap, accuracy_names, accuracy_replicates,
+                                           category_accuracies, correlation_replicates, correlations, preference_credit)
 
 MetricInputs = Tuple[List[str], List[str], List[List[str]]]
 """``(images, candidates, references)``: the lists a metric is called with."""
@@ -180,5 +172,7 @@ def task_type(benchmark: Benchmark) -> Type[Task]:
     expected = TASK_TYPES[benchmark.task].item_type
     for index, item in enumerate(benchmark.items):
         if not isinstance(item, expected):
-            raise ValueError(f"item {index} of {benchmark.name!r} is a {type(item).__name__}, expected {expected.__name__}")
+            raise ValueError(
+                f"item {index} of {benchmark.name!r} is a {type(item).__name__}, expected {expected.__name__}"
+            )
     return TASK_TYPES[benchmark.task]

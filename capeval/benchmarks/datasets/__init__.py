@@ -14,15 +14,8 @@ import inspect
 from typing import Any, Callable, Dict, List, Optional
 
 from capeval.benchmarks.datasets import composite, flickr8k, foil, hub_layouts, pascal50s, thumb
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    FoilItem,
-    PairwiseItem,
-    PathLike,
-    RatedItem,
-    check_images,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, FoilItem, PairwiseItem, PathLike,
+                                              RatedItem, check_images)
 
 _LOADERS: Dict[str, Callable[..., Benchmark]] = {
     "flickr8k-expert": flickr8k.load_expert,

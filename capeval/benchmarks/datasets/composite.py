@@ -7,19 +7,9 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    ItemsRead,
-    PathLike,
-    RatedItem,
-    as_caption,
-    as_number,
-    as_references,
-    coco_references,
-    tab_rows,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, ItemsRead, PathLike,
+                                              RatedItem, as_caption, as_number, as_references, coco_references,
+                                              tab_rows)
 from capeval.benchmarks.datasets.polos import polos_csv_items
 from capeval.inputs import InputError
 

@@ -5,21 +5,11 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    PathLike,
-    RatedItem,
-    as_caption,
-    as_number,
-    as_references,
-    normalize_whitespace,
-    read_json,
-    tab_rows,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, ItemsRead, PathLike,
+                                              RatedItem, as_caption, as_number, as_references, normalize_whitespace,
+                                              read_json, tab_rows)
 
 _HOW = (
     "Get Flickr8k_text.zip (ExpertAnnotations.txt, CrowdFlowerAnnotations.txt, Flickr8k.token.txt) from the "
@@ -69,8 +59,9 @@ def _grouped_by_image(items: List[RatedItem]) -> List[RatedItem]:
     return [item for group in groups.values() for item in group]
 
 
-def _expert_from_text(root: Path) -> Tuple[List[RatedItem], int]:
-    """Items (grouped by image, first-seen order) and the number of candidates skipped as one of their references."""
+def _read_expert_text(root: Path) -> ItemsRead:
+    """Items of ExpertAnnotations.txt, grouped by image (first-seen order), without the candidates that are one of
+    their image's references."""
     references, captions = _references(root / TOKEN_FILE)
     annotations = root / "ExpertAnnotations.txt"
     items: List[RatedItem] = []
@@ -93,7 +84,11 @@ def _expert_from_text(root: Path) -> Tuple[List[RatedItem], int]:
             )
             for rater, rating in enumerate(ratings, 1)
         )
-    return _grouped_by_image(items), skipped
+    description = (
+        f"read from ExpertAnnotations.txt and {TOKEN_FILE} in {root}; {skipped} (image, candidate) pairs "
+        "whose candidate text equals one of that image's references were dropped"
+    )
+    return ItemsRead(_grouped_by_image(items), f"text:{root}", description)
 
 
 def _crowdflower_rows(
@@ -119,8 +114,9 @@ def _crowdflower_rows(
     return rows, remaining, removed
 
 
-def _crowdflower_from_text(root: Path) -> Tuple[List[RatedItem], int]:
-    """Items (grouped by image, first-seen order) and how many reference captions were removed in all."""
+def _read_crowdflower_text(root: Path) -> ItemsRead:
+    """Items of CrowdFlowerAnnotations.txt, grouped by image (first-seen order), with the references left after the
+    removal of the judged candidates' texts."""
     references, captions = _references(root / TOKEN_FILE)
     annotations = root / "CrowdFlowerAnnotations.txt"
     rows, remaining, removed = _crowdflower_rows(annotations, references, captions)
@@ -137,7 +133,13 @@ def _crowdflower_from_text(root: Path) -> Tuple[List[RatedItem], int]:
                 key=f"{image}#{caption_id}",
             )
         )
-    return _grouped_by_image(items), removed
+    description = (
+        f"read from CrowdFlowerAnnotations.txt and {TOKEN_FILE} in {root}; every row is kept; each image "
+        "has ONE reference list, its Flickr8k captions minus, for every judged candidate of that image (file "
+        "order), the first reference whose text equals the candidate text "
+        f"({removed} references removed), as clipscore's download.py builds crowdflower_flickr8k.json"
+    )
+    return ItemsRead(_grouped_by_image(items), f"text:{root}", description)
 
 
 def _json_entry(entry: Any, where: str) -> Tuple[str, Tuple[str, ...], list]:
@@ -153,8 +155,8 @@ def _json_entry(entry: Any, where: str) -> Tuple[str, Tuple[str, ...], list]:
     return image, references, judgements
 
 
-def _from_json(path: Path) -> Tuple[List[RatedItem], int]:
-    """Items of a clipscore ``download.py`` json (image order of the file) and the number of NaN ratings dropped."""
+def _read_clipscore_json(path: Path) -> ItemsRead:
+    """Items of a clipscore ``download.py`` json (image order of the file), NaN ratings dropped."""
     data = read_json(path)
     if not isinstance(data, dict):
         raise BenchmarkFormatError(f"{path}: expected an object keyed by image id")
@@ -180,13 +182,20 @@ def _from_json(path: Path) -> Tuple[List[RatedItem], int]:
                     key=f"{image}#{index}",
                 )
             )
-    return items, dropped
+    description = f"read from the clipscore download.py json {path} ({dropped} NaN ratings dropped)"
+    return ItemsRead(items, f"json:{path}", description)
 
 
-def _source(
-    spec: BenchmarkSpec, root: Optional[PathLike], source: str, text_file: str, json_file: str
-) -> Tuple[str, Path]:
-    """Resolve ``source`` ("auto", "text" or "json") to the source used and its path."""
+def _read(
+    spec: BenchmarkSpec,
+    root: Optional[PathLike],
+    source: str,
+    text_file: str,
+    json_file: str,
+    read_text: Callable[[Path], ItemsRead],
+) -> ItemsRead:
+    """Items of the text folder (read by ``read_text``) or of the clipscore json, as ``source`` ("auto", "text" or
+    "json") and the files at ``root`` say."""
     spec.check_source(source)
     if root is None:
         raise FileNotFoundError(
@@ -196,56 +205,33 @@ def _source(
     if source in ("auto", "text") and path.is_dir() and (path / text_file).is_file():
         if not (path / TOKEN_FILE).is_file():
             raise FileNotFoundError(f"{TOKEN_FILE} not found in {str(path)!r}. {_HOW}")
-        return "text", path
+        return read_text(path)
     if source == "text":
         raise FileNotFoundError(f"{text_file} not found in {str(path)!r}. {_HOW}")
-    return "json", spec.locate(path, [json_file])
-
-
-def _json_read(path: Path) -> Tuple[List[RatedItem], str]:
-    """Items of a clipscore ``download.py`` json and how they were read."""
-    items, dropped = _from_json(path)
-    return items, f"read from the clipscore download.py json {path} ({dropped} NaN ratings dropped)"
+    return _read_clipscore_json(spec.locate(path, [json_file]))
 
 
 def load_expert(root: Optional[PathLike], source: str) -> Benchmark:
     """Flickr8k-Expert: one item per expert rating of a candidate that is not one of its image's references."""
-    used, path = _source(EXPERT, root, source, "ExpertAnnotations.txt", "flickr8k.json")
-    if used == "text":
-        items, skipped = _expert_from_text(path)
-        what = (
-            f"read from ExpertAnnotations.txt and {TOKEN_FILE} in {path}; {skipped} (image, candidate) pairs "
-            "whose candidate text equals one of that image's references were dropped"
-        )
-    else:
-        items, what = _json_read(path)
+    read = _read(EXPERT, root, source, "ExpertAnnotations.txt", "flickr8k.json", _read_expert_text)
     protocol = (
-        f"Flickr8k-Expert (Hodosh et al., 2013) as CLIPScore and PAC-S evaluate it: {what}. Each remaining "
-        "(image, candidate) pair appears once per expert rating (three experts, ratings 1-4), flattened to "
-        f"{len(items)} items (16,992 for the full release); human score = that rating. References = all five "
-        "Flickr8k captions of the image. Texts whitespace-normalised. Report Kendall tau-c (primary) and tau-b "
+        f"Flickr8k-Expert (Hodosh et al., 2013) as CLIPScore and PAC-S evaluate it: {read.description}. Each "
+        "remaining (image, candidate) pair appears once per expert rating (three experts, ratings 1-4), flattened "
+        f"to {len(read.items)} items (16,992 for the full release); human score = that rating. References = all "
+        "five Flickr8k captions of the image. Texts whitespace-normalised. Report Kendall tau-c (primary) and tau-b "
         "of scipy.stats.kendalltau(metric, human) x 100."
     )
-    return EXPERT.build(items, protocol, f"{used}:{path}")
+    return EXPERT.build(read.items, protocol, read.source)
 
 
 def load_crowdflower(root: Optional[PathLike], source: str) -> Benchmark:
     """Flickr8k-CF: one item per CrowdFlower-judged candidate, human score the fraction of 'yes' votes."""
-    used, path = _source(CROWDFLOWER, root, source, "CrowdFlowerAnnotations.txt", "crowdflower_flickr8k.json")
-    if used == "text":
-        items, removed = _crowdflower_from_text(path)
-        what = (
-            f"read from CrowdFlowerAnnotations.txt and {TOKEN_FILE} in {path}; every row is kept; each image "
-            "has ONE reference list, its Flickr8k captions minus, for every judged candidate of that image (file "
-            "order), the first reference whose text equals the candidate text "
-            f"({removed} references removed), as clipscore's download.py builds crowdflower_flickr8k.json"
-        )
-    else:
-        items, what = _json_read(path)
+    read = _read(CROWDFLOWER, root, source, "CrowdFlowerAnnotations.txt", "crowdflower_flickr8k.json",
+                 _read_crowdflower_text)
     protocol = (
-        f"Flickr8k-CF (Hodosh et al., 2013) as CLIPScore and PAC-S evaluate it: {what}. Human score = fraction of "
-        f"'yes' votes; {len(items)} items (47,830 for the full release). Texts whitespace-normalised. Report "
-        "Kendall tau-b (primary, following Cui et al. 2018 and CLIPScore) and tau-c of "
-        "scipy.stats.kendalltau(metric, human) x 100."
+        f"Flickr8k-CF (Hodosh et al., 2013) as CLIPScore and PAC-S evaluate it: {read.description}. Human score = "
+        f"fraction of 'yes' votes; {len(read.items)} items (47,830 for the full release). Texts "
+        "whitespace-normalised. Report Kendall tau-b (primary, following Cui et al. 2018 and CLIPScore) and tau-c "
+        "of scipy.stats.kendalltau(metric, human) x 100."
     )
-    return CROWDFLOWER.build(items, protocol, f"{used}:{path}")
+    return CROWDFLOWER.build(read.items, protocol, read.source)

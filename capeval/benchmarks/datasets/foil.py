@@ -5,17 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    FoilItem,
-    PathLike,
-    as_caption,
-    as_references,
-    coco_references,
-    read_json,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, FoilItem, PathLike,
+                                              as_caption, as_references, coco_references, read_json)
 from capeval.inputs import InputError
 
 FOIL = BenchmarkSpec(

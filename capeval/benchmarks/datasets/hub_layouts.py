@@ -8,17 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    ItemsRead,
-    PathLike,
-    RatedItem,
-    as_caption,
-    as_number,
-    as_references,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, ItemsRead, PathLike,
+                                              RatedItem, as_caption, as_number, as_references)
 from capeval.benchmarks.datasets.polos import polos_csv_items, polos_json_items
 from capeval.inputs import InputError
 
@@ -29,65 +20,58 @@ _FILE_SPLITS = {"test": "test", "validation": "val", "train": "train"}
 
 @dataclass(frozen=True)
 class HubLayout:
-    """A hub dataset of rated captions: its hub id and split names, the stem of its local csv / JSON files, and the
-    hub columns holding ``image``, ``candidate``, ``references``, ``human`` (and optionally ``file_name``)."""
+    """A hub dataset of rated captions: its benchmark name and title, its hub id and split names, the hub columns
+    holding ``image``, ``candidate``, ``references``, ``human`` (and optionally ``file_name``), how to get it and its
+    citation. Its local csv / JSON files are named ``<name>_<split>``."""
 
-    spec: BenchmarkSpec
+    name: str
     title: str
     dataset: str
     splits: Dict[str, str]
-    stem: str
     columns: Dict[str, str]
+    how_to_get: str
+    citation: str
+
+    @property
+    def spec(self) -> BenchmarkSpec:
+        """The benchmark's spec: Kendall tau-c (primary) and tau-b of a correlation task."""
+        return BenchmarkSpec(self.name, "correlation", _STATISTICS, _SOURCES, self.how_to_get, self.citation)
 
     def file_stem(self, split: str) -> str:
         """The name of the local csv / JSON file of ``split`` without its suffix."""
-        return self.stem.format(split=_FILE_SPLITS[split])
+        return f"{self.name}_{_FILE_SPLITS[split]}"
 
 
 POLARIS = HubLayout(
-    spec=BenchmarkSpec(
-        "polaris",
-        "correlation",
-        _STATISTICS,
-        _SOURCES,
-        "Polaris (Wada et al., CVPR 2024) is the hub dataset yuwd/Polaris: load it online with source='hub', or pass "
-        "root= a folder holding polaris_<split>.csv or polaris_<split>.json (columns / keys imgid, mt, refs, score; "
-        "images in images/), or the hub parquet files (columns refs, cand, img, human_score).",
-        "Wada, Kaneda, Saito and Sugiura (2024), Polos: Multimodal Metric Learning from Human Feedback for Image "
-        "Captioning, CVPR.",
-    ),
-    title="Polaris (Wada et al., 2024)",
-    dataset="yuwd/Polaris",
-    splits={"test": "test", "validation": "validation", "train": "train"},
-    stem="polaris_{split}",
-    columns={"image": "img", "candidate": "cand", "references": "refs", "human": "human_score"},
+    "polaris",
+    "Polaris (Wada et al., 2024)",
+    "yuwd/Polaris",
+    {"test": "test", "validation": "validation", "train": "train"},
+    {"image": "img", "candidate": "cand", "references": "refs", "human": "human_score"},
+    "Polaris (Wada et al., CVPR 2024) is the hub dataset yuwd/Polaris: load it online with source='hub', or pass "
+    "root= a folder holding polaris_<split>.csv or polaris_<split>.json (columns / keys imgid, mt, refs, score; "
+    "images in images/), or the hub parquet files (columns refs, cand, img, human_score).",
+    "Wada, Kaneda, Saito and Sugiura (2024), Polos: Multimodal Metric Learning from Human Feedback for Image "
+    "Captioning, CVPR.",
 )
 NEBULA = HubLayout(
-    spec=BenchmarkSpec(
-        "nebula",
-        "correlation",
-        _STATISTICS,
-        _SOURCES,
-        "Nebula (Matsuda et al., ACCV 2024) is the hub dataset Ka2ukiMatsuda/Nebula: load it online with "
-        "source='hub', or pass root= a folder holding nebula_<split>.csv or nebula_<split>.json (columns / keys "
-        "imgid, mt, refs, score; images in images/), or the hub parquet files (columns file_name, image, refs, mt, "
-        "human_score).",
-        "Matsuda, Wada and Sugiura (2024), DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
-        "Captioning, ACCV.",
-    ),
-    title="Nebula (Matsuda et al., 2024)",
-    dataset="Ka2ukiMatsuda/Nebula",
-    splits={"test": "test", "validation": "valid", "train": "train"},
-    stem="nebula_{split}",
-    columns={
-        "image": "image", "candidate": "mt", "references": "refs", "human": "human_score", "file_name": "file_name"
-    },
+    "nebula",
+    "Nebula (Matsuda et al., 2024)",
+    "Ka2ukiMatsuda/Nebula",
+    {"test": "test", "validation": "valid", "train": "train"},
+    {"image": "image", "candidate": "mt", "references": "refs", "human": "human_score", "file_name": "file_name"},
+    "Nebula (Matsuda et al., ACCV 2024) is the hub dataset Ka2ukiMatsuda/Nebula: load it online with "
+    "source='hub', or pass root= a folder holding nebula_<split>.csv or nebula_<split>.json (columns / keys "
+    "imgid, mt, refs, score; images in images/), or the hub parquet files (columns file_name, image, refs, mt, "
+    "human_score).",
+    "Matsuda, Wada and Sugiura (2024), DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
+    "Captioning, ACCV.",
 )
 
 
 def _hub_rows(layout: HubLayout, split: str) -> Any:
     """The split of a hub dataset with its image column left undecoded (``{'bytes', 'path'}``)."""
-    name, how_to_get = layout.spec.name, layout.spec.how_to_get
+    name, how_to_get = layout.name, layout.how_to_get
     try:
         import datasets
     except ImportError:  # pragma: no cover - datasets is an install requirement
@@ -109,9 +93,9 @@ def _hub_rows(layout: HubLayout, split: str) -> Any:
 
 def _parquet_files(layout: HubLayout, root: Optional[PathLike], split: str) -> List[Path]:
     """The parquet files of ``split`` under ``root`` (hub layout ``data/<split>-*.parquet``, or ``root`` itself)."""
-    how_to_get = layout.spec.how_to_get
+    how_to_get = layout.how_to_get
     if root is None:
-        raise FileNotFoundError(f"benchmark {layout.spec.name!r} needs root= or source='hub'. {how_to_get}")
+        raise FileNotFoundError(f"benchmark {layout.name!r} needs root= or source='hub'. {how_to_get}")
     path = Path(root)
     if path.is_file():
         return [path]
@@ -176,7 +160,7 @@ def _row_items(rows: Any, layout: HubLayout, split: str, image_dir: Path, where:
         row_where = f"{where} row {index}"
         value = row[columns["image"]]
         own_name = row.get(columns.get("file_name", "")) or (value.get("path") if isinstance(value, dict) else None)
-        image = extractor.write(value, own_name or f"{layout.spec.name}-{split}-{index:06d}.jpg", row_where)
+        image = extractor.write(value, own_name or f"{layout.name}-{split}-{index:06d}.jpg", row_where)
         items.append(
             RatedItem(
                 image=image,
@@ -191,17 +175,16 @@ def _row_items(rows: Any, layout: HubLayout, split: str, image_dir: Path, where:
 
 def _detected_source(layout: HubLayout, root: Optional[PathLike], split: str) -> str:
     """The layout ``source="auto"`` finds at ``root``: a file's by its suffix, a folder's by the files it holds."""
-    spec = layout.spec
     if root is None:
-        raise FileNotFoundError(f"benchmark {spec.name!r} needs root= or source='hub'. {spec.how_to_get}")
+        raise FileNotFoundError(f"benchmark {layout.name!r} needs root= or source='hub'. {layout.how_to_get}")
     folder = Path(root)
     if not folder.is_file():
         stem = layout.file_stem(split)
         return next((kind for kind in ("csv", "json") if (folder / f"{stem}.{kind}").is_file()), "parquet")
     source = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(folder.suffix.lower(), "")
     if not source:
-        raise BenchmarkFormatError(f"{folder}: not a layout of benchmark {spec.name!r} (a .csv, .json or .parquet "
-                                   f"file, or a folder of them). {spec.how_to_get}")
+        raise BenchmarkFormatError(f"{folder}: not a layout of benchmark {layout.name!r} (a .csv, .json or .parquet "
+                                   f"file, or a folder of them). {layout.how_to_get}")
     return source
 
 
@@ -226,7 +209,7 @@ def _read_hub_rows(
         paths = _parquet_files(layout, root, hub_split)
         rows = _parquet_rows(paths, layout.columns["image"])
         origin = f"parquet:{', '.join(str(path) for path in paths)}"
-    extracted_dir = Path(image_dir) if image_dir is not None else _default_image_dir(layout.spec.name, split)
+    extracted_dir = Path(image_dir) if image_dir is not None else _default_image_dir(layout.name, split)
     items = _row_items(rows, layout, split, extracted_dir, origin)
     description = f"read from {origin} (hub layout, one row per rated candidate; images written to {extracted_dir})"
     return ItemsRead(items, origin, description, str(extracted_dir))

@@ -5,16 +5,8 @@ import os
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    PairwiseItem,
-    PathLike,
-    as_caption,
-    as_references,
-    read_json,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, PairwiseItem, PathLike,
+                                              as_caption, as_references, read_json)
 from capeval.inputs import InputError
 
 CATEGORIES = ("HC", "HI", "HM", "MM")

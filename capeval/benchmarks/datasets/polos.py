@@ -7,14 +7,8 @@ import csv
 from pathlib import Path
 from typing import Any, Dict, List
 
-from capeval.benchmarks.datasets.base import (
-    BenchmarkFormatError,
-    RatedItem,
-    as_caption,
-    as_number,
-    as_references,
-    read_json,
-)
+from capeval.benchmarks.datasets.base import (BenchmarkFormatError, RatedItem, as_caption, as_number, as_references,
+                                              read_json)
 
 COLUMNS = {"imgid", "mt", "refs", "score"}
 

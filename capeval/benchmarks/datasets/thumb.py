@@ -4,17 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from capeval.benchmarks.datasets.base import (
-    Benchmark,
-    BenchmarkFormatError,
-    BenchmarkSpec,
-    PathLike,
-    RatedItem,
-    as_caption,
-    as_number,
-    as_references,
-    read_jsonl,
-)
+from capeval.benchmarks.datasets.base import (Benchmark, BenchmarkFormatError, BenchmarkSpec, PathLike, RatedItem,
+                                              as_caption, as_number, as_references, read_jsonl)
 
 THUMB = BenchmarkSpec(
     "thumb",
