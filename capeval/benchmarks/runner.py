@@ -216,6 +216,7 @@ def _call_metric(name: str, metric: MetricFn, inputs: MetricInputs, keys: Sequen
 def _check_run_options(
     metrics: Mapping[str, MetricFn], n_resamples: int, confidence: float, seed: int, ties: str
 ) -> None:
+    """Raise on an option of :func:`run_benchmark` it cannot run with, before anything is scored."""
     if not metrics:
         raise ValueError("no metric to benchmark")
     check_positive_int(n_resamples, "n_resamples")
