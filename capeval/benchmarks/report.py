@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 
-from capeval.benchmarks import statistics
+from capeval.benchmarks.statistics import TIE_CREDITS, Estimate
 from capeval.benchmarks.runner import BenchmarkResult
 from capeval.registry import BENCHMARK_METRICS
 from capeval.version import __version__
@@ -66,7 +66,7 @@ def _percent(value: float) -> str:
     return f"{100.0 * value:.1f}"
 
 
-def _estimate_dict(estimate: statistics.Estimate) -> Dict[str, Any]:
+def _estimate_dict(estimate: Estimate) -> Dict[str, Any]:
     return {
         "value": estimate.value,
         "ci_low": estimate.ci_low,
@@ -118,7 +118,7 @@ def result_to_dict(result: BenchmarkResult) -> Dict[str, Any]:
         "method": {
             "scale": "statistics are fractions (correlations in [-1, 1], accuracies in [0, 1]); results.md shows x 100",
             "correlations": "scipy.stats.kendalltau (variants b and c), spearmanr, pearsonr of (metric, human)",
-            "pairwise_ties": f"a pair the metric scores equally counts {statistics.TIE_CREDITS[result.ties]} ({result.ties})",
+            "pairwise_ties": f"a pair the metric scores equally counts {TIE_CREDITS[result.ties]} ({result.ties})",
             "bootstrap": (
                 f"{result.n_resamples} resamples of the images with replacement (all items of a drawn image "
                 f"included), numpy default_rng seed {result.seed}; {result.confidence:.0%} percentile intervals"
@@ -206,7 +206,7 @@ def markdown_report(result: BenchmarkResult) -> str:
                 )
             )
     if benchmark.task != "correlation":
-        lines += ["", f"A tie between the two captions of a pair counts {statistics.TIE_CREDITS[result.ties]:g}."]
+        lines += ["", f"A tie between the two captions of a pair counts {TIE_CREDITS[result.ties]:g}."]
     signatures = [(name, metric.signature) for name, metric in result.metrics.items() if metric.signature]
     if signatures:
         lines += ["", "Signatures:", ""] + [f"- {metric_label(name)}: `{signature}`" for name, signature in signatures]
@@ -366,7 +366,7 @@ def plot_categories(result: BenchmarkResult, path: Union[str, "os.PathLike[str]"
     axis.legend(fontsize=8, ncol=min(len(names), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
     axis.set_title(
         f"{result.benchmark.name}: accuracy per category ({result.confidence:.0%} CI; ties count "
-        f"{statistics.TIE_CREDITS[result.ties]:g}; dashed = chance)",
+        f"{TIE_CREDITS[result.ties]:g}; dashed = chance)",
         fontsize=11,
     )
     figure.tight_layout()

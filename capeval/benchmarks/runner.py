@@ -11,7 +11,6 @@ from __future__ import annotations
 import numbers
 import os
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -19,11 +18,13 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 import numpy as np
 from tqdm.auto import tqdm
 
-from capeval.benchmarks import statistics
 from capeval.benchmarks.baselines import BASELINES
-from capeval.benchmarks.datasets import Benchmark, FoilItem, PairwiseItem, RatedItem, check_images
+from capeval.benchmarks.datasets import Benchmark, check_images
+from capeval.benchmarks.statistics import (TIE_CREDITS, Estimate, ImageBootstrap, PairedComparison, paired_comparison,
+                                           percentile_interval)
+from capeval.benchmarks.tasks import MetricInputs, task_type
 from capeval.inputs import InputError
-from capeval.models.regions.lookup import RegionLookup
+from capeval.models.regions.files import RegionLookup
 from capeval.options import check_positive_int
 from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
 
@@ -72,16 +73,20 @@ def assign_models(
     if not_selected:
         raise InputError(f"a model is given for {', '.join(not_selected)}, which is not among the selected embedding "
                          f"metrics ({', '.join(embedding) or 'none'})")
-    rest = [name for name in embedding if name not in models]
     if model is not None:
-        if not rest:
-            raise InputError(f"model {str(model)!r} is given for no metric: every selected metric has its own model "
-                             "or takes none")
-        families = sorted({BENCHMARK_METRICS[name][0] for name in rest})
-        if len(families) > 1:
-            raise InputError(f"one model for {', '.join(rest)} is ambiguous ({' and '.join(families)} have different "
-                             "default backbones); give a model per metric (capeval benchmark --model <metric>=<model>)")
+        _check_shared_model(model, [name for name in embedding if name not in models])
     return {name: models.get(name, model) for name in embedding}
+
+
+def _check_shared_model(model: ModelRef, rest: Sequence[str]) -> None:
+    """Raise InputError unless the metrics ``rest`` (those without a model of their own) can share ``model``."""
+    if not rest:
+        raise InputError(f"model {str(model)!r} is given for no metric: every selected metric has its own model "
+                         "or takes none")
+    families = sorted({BENCHMARK_METRICS[name][0] for name in rest})
+    if len(families) > 1:
+        raise InputError(f"one model for {', '.join(rest)} is ambiguous ({' and '.join(families)} have different "
+                         "default backbones); give a model per metric (capeval benchmark --model <metric>=<model>)")
 
 
 class RegionFeatureMetric(ScorerMetric):
@@ -105,6 +110,16 @@ class RegionFeatureMetric(ScorerMetric):
         return super().__call__(regions, candidates, references)  # type: ignore[arg-type]
 
 
+def _check_metric_names(names: Sequence[str]) -> None:
+    """Raise InputError on a name that is not in ``BUILTIN_METRICS`` or is listed twice."""
+    unknown = [name for name in names if name not in BUILTIN_METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
+    duplicated = sorted({name for name in names if list(names).count(name) > 1})
+    if duplicated:
+        raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
+
+
 def builtin_metrics(
     names: Sequence[str],
     *,
@@ -124,12 +139,7 @@ def builtin_metrics(
     keyed by image id, as ``capeval regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics
     (``tiger``, ``vilbert_*``) their precomputed region features instead of the images.
     """
-    unknown = [name for name in names if name not in BUILTIN_METRICS]
-    if unknown:
-        raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
-    duplicated = sorted({name for name in names if list(names).count(name) > 1})
-    if duplicated:
-        raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
+    _check_metric_names(names)
     chosen = assign_models(names, model, models)
     scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
@@ -160,7 +170,7 @@ class MetricResult:
     name: str
     scores: np.ndarray
     """One score per item; ``(n_items, 2)`` for pairwise benchmarks (one column per candidate)."""
-    statistics: Dict[str, statistics.Estimate]
+    statistics: Dict[str, Estimate]
     signature: Optional[str]
     seconds: float
 
@@ -171,7 +181,7 @@ class BenchmarkResult:
 
     benchmark: Benchmark
     metrics: Dict[str, MetricResult]
-    comparisons: List[statistics.PairedComparison]
+    comparisons: List[PairedComparison]
     n_resamples: int
     confidence: float
     seed: int
@@ -185,48 +195,8 @@ class BenchmarkResult:
         return len(self.benchmark.items)
 
 
-def _metric_inputs(benchmark: Benchmark, image_dir: Optional[Path]) -> tuple[List[str], List[str], List[List[str]]]:
-    """The lists a metric is called with; pairwise benchmarks list every first candidate, then every second."""
-    items = benchmark.items
-
-    def image_path(item) -> str:
-        return str(image_dir / item.image) if image_dir is not None else item.image
-
-    if benchmark.task == "pairwise":
-        images = [image_path(item) for item in items] * 2
-        candidates = [item.candidates[0] for item in items] + [item.candidates[1] for item in items]
-        references = [list(item.references) for item in items] * 2
-        return images, candidates, references
-    return [image_path(item) for item in items], [item.candidate for item in items], [list(item.references) for item in items]
-
-
-def _foil_pairs(items: Sequence[FoilItem]) -> np.ndarray:
-    """``(n_pairs, 2)`` item indices (correct caption, foil caption), pairs in first-seen order."""
-    members: Dict[str, List[int]] = defaultdict(list)
-    for index, item in enumerate(items):
-        members[item.pair].append(index)
-    pairs = []
-    for pair, indices in members.items():
-        kinds = sorted(items[index].is_foil for index in indices)
-        if kinds != [False, True]:
-            keys = ", ".join(items[index].key for index in indices)
-            raise ValueError(f"FOIL pair {pair!r} must hold one correct and one foil caption; it holds items {keys}")
-        pairs.append(sorted(indices, key=lambda index: items[index].is_foil))
-    return np.asarray(pairs, dtype=np.int64)
-
-
-def _check_items(benchmark: Benchmark) -> None:
-    expected = {"correlation": RatedItem, "pairwise": PairwiseItem, "foil": FoilItem}.get(benchmark.task)
-    if expected is None:
-        raise ValueError(f"benchmark {benchmark.name!r} has unknown task {benchmark.task!r}")
-    if not benchmark.items:
-        raise ValueError(f"benchmark {benchmark.name!r} has no items")
-    for index, item in enumerate(benchmark.items):
-        if not isinstance(item, expected):
-            raise ValueError(f"item {index} of {benchmark.name!r} is a {type(item).__name__}, expected {expected.__name__}")
-
-
-def _call_metric(name: str, metric: MetricFn, inputs: tuple, keys: Sequence[str]) -> np.ndarray:
+def _call_metric(name: str, metric: MetricFn, inputs: MetricInputs, keys: Sequence[str]) -> np.ndarray:
+    """The scores of ``metric`` on ``inputs``, checked: one finite number per input (``keys`` name them)."""
     raw = metric(*inputs)
     try:
         scores = np.asarray(raw, dtype=np.float64)
@@ -241,6 +211,62 @@ def _call_metric(name: str, metric: MetricFn, inputs: tuple, keys: Sequence[str]
             + (f" and {bad.size - 1} more non-finite scores" if bad.size > 1 else "")
         )
     return scores
+
+
+def _check_run_options(
+    metrics: Mapping[str, MetricFn], n_resamples: int, confidence: float, seed: int, ties: str
+) -> None:
+    """Raise on an option of :func:`run_benchmark` it cannot run with, before anything is scored."""
+    if not metrics:
+        raise ValueError("no metric to benchmark")
+    check_positive_int(n_resamples, "n_resamples")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise InputError(f"seed must be an integer, got {type(seed).__name__} {seed!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
+        raise InputError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    if ties not in TIE_CREDITS:
+        raise ValueError(f"ties must be one of {sorted(TIE_CREDITS)}, got {ties!r}")
+
+
+def _image_root(
+    benchmark: Benchmark, metrics: Mapping[str, MetricFn], image_dir: Optional[Union[str, "os.PathLike[str]"]]
+) -> Optional[Path]:
+    """The images folder (``image_dir``, else the benchmark's own), its images checked when a metric needs them."""
+    needing_images = [name for name, metric in metrics.items() if getattr(metric, "needs_images", True)]
+    folder = image_dir if image_dir is not None else benchmark.image_dir
+    image_root = Path(folder) if folder else None
+    if needing_images:
+        if image_root is None:
+            raise FileNotFoundError(
+                f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
+                "pass image_dir"
+            )
+        check_images(benchmark, image_root)
+    return image_root
+
+
+def _comparisons(
+    results: Dict[str, MetricResult],
+    replicates: Dict[str, Dict[str, np.ndarray]],
+    statistic_names: Sequence[str],
+    confidence: float,
+) -> List[PairedComparison]:
+    """Every metric after the first compared with the first one, statistic by statistic."""
+    baseline = next(iter(results))
+    return [
+        paired_comparison(
+            name,
+            baseline,
+            statistic,
+            results[name].statistics[statistic].value,
+            results[baseline].statistics[statistic].value,
+            replicates[name][statistic],
+            replicates[baseline][statistic],
+            confidence,
+        )
+        for name in list(results)[1:]
+        for statistic in statistic_names
+    ]
 
 
 def run_benchmark(
@@ -262,48 +288,15 @@ def run_benchmark(
     (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the first one
     on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
     ``on_metric(name)`` is called before each metric runs. ``progress`` shows a bar for each metric's scoring and
-    for each bootstrap (scorers made with ``progress=True`` add their encoding bars).
+    for each bootstrap (scorers made with ``progress=True`` add their encoding bars). The benchmark's task
+    (:mod:`capeval.benchmarks.tasks`) says what the metrics are called with and which statistics they get.
     """
-    if not metrics:
-        raise ValueError("no metric to benchmark")
-    check_positive_int(n_resamples, "n_resamples")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise InputError(f"seed must be an integer, got {type(seed).__name__} {seed!r}")
-    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
-        raise InputError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
-    if ties not in statistics.TIE_CREDITS:
-        raise ValueError(f"ties must be one of {sorted(statistics.TIE_CREDITS)}, got {ties!r}")
-    _check_items(benchmark)
-    needing_images = [name for name, metric in metrics.items() if getattr(metric, "needs_images", True)]
-    folder = image_dir if image_dir is not None else benchmark.image_dir
-    image_root = Path(folder) if folder else None
-    if needing_images:
-        if image_root is None:
-            raise FileNotFoundError(
-                f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
-                "pass image_dir"
-            )
-        check_images(benchmark, image_root)
-
-    items = benchmark.items
-    inputs = _metric_inputs(benchmark, image_root)
-    keys = [item.key for item in items]
-    if benchmark.task == "pairwise":
-        keys = [f"{key} (candidate 0)" for key in keys] + [f"{key} (candidate 1)" for key in keys]
-        groups = [item.image for item in items]
-        categories: Optional[List[str]] = [item.category for item in items]
-        statistic_names = statistics.accuracy_names(categories)
-    elif benchmark.task == "foil":
-        foil_pairs = _foil_pairs(items)
-        groups = [items[correct].image for correct, _ in foil_pairs]
-        categories = None
-        statistic_names = statistics.accuracy_names(categories)
-    else:
-        human = np.asarray([item.human for item in items], dtype=np.float64)
-        groups = [item.image for item in items]
-        statistic_names = statistics.CORRELATION_STATISTICS
-    bootstrap = statistics.ImageBootstrap(groups, n_resamples, seed)
-
+    _check_run_options(metrics, n_resamples, confidence, seed, ties)
+    kind = task_type(benchmark)
+    image_root = _image_root(benchmark, metrics, image_dir)
+    task = kind(benchmark.items, ties, progress)
+    inputs, keys = task.inputs(image_root), task.keys()
+    bootstrap = ImageBootstrap(task.groups, n_resamples, seed)
     results: Dict[str, MetricResult] = {}
     replicates: Dict[str, Dict[str, np.ndarray]] = {}
     for name, metric in metrics.items():
@@ -314,52 +307,21 @@ def run_benchmark(
             scores = _call_metric(name, metric, inputs, keys)
             bar.update()
         seconds = time.perf_counter() - start
-        if benchmark.task == "correlation":
-            values = statistics.correlations(scores, human)
-            replicates[name] = statistics.correlation_replicates(scores, human, bootstrap, progress=progress,
-                                                                 description=f"bootstrap {name}")
-        else:
-            if benchmark.task == "pairwise":
-                scores = scores.reshape(2, len(items)).T
-                labels = np.asarray([item.label for item in items])
-                rows = np.arange(len(items))
-                preferred, other = scores[rows, labels], scores[rows, 1 - labels]
-            else:
-                preferred, other = scores[foil_pairs[:, 0]], scores[foil_pairs[:, 1]]
-            credit = statistics.preference_credit(preferred, other, ties)
-            values = statistics.category_accuracies(credit, categories)
-            replicates[name] = statistics.accuracy_replicates(credit, categories, bootstrap)
+        scores, values, replicates[name] = task.evaluate(name, scores, bootstrap)
         estimates = {
-            statistic: statistics.percentile_interval(values[statistic], replicates[name][statistic], confidence)
-            for statistic in statistic_names
+            statistic: percentile_interval(values[statistic], replicates[name][statistic], confidence)
+            for statistic in task.statistic_names
         }
         results[name] = MetricResult(name, scores, estimates, getattr(metric, "signature", None), seconds)
-
-    baseline = next(iter(results))
-    comparisons = [
-        statistics.paired_comparison(
-            name,
-            baseline,
-            statistic,
-            results[name].statistics[statistic].value,
-            results[baseline].statistics[statistic].value,
-            replicates[name][statistic],
-            replicates[baseline][statistic],
-            confidence,
-        )
-        for name in list(results)[1:]
-        for statistic in statistic_names
-    ]
     return BenchmarkResult(
         benchmark=benchmark,
         metrics=results,
-        comparisons=comparisons,
+        comparisons=_comparisons(results, replicates, task.statistic_names, confidence),
         n_resamples=n_resamples,
         confidence=confidence,
         seed=seed,
         ties=ties,
         image_dir=str(image_root) if image_root is not None else None,
         n_images=bootstrap.n_images,
-        statistic_names=statistic_names,
+        statistic_names=task.statistic_names,
     )
-

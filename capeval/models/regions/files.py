@@ -1,4 +1,5 @@
-"""Precomputed region-feature files, keyed by image id.
+"""Precomputed region-feature files, keyed by image id, and :class:`RegionLookup`, which finds an image's regions in
+one by the image's name or path (the CLI and the benchmarks name images by path).
 
 Two layouts are read:
 
@@ -16,7 +17,7 @@ import binascii
 import csv
 import sys
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Mapping, Union
 
 import numpy as np
 
@@ -88,3 +89,24 @@ def _read_tsv(path: Path) -> Dict[str, RegionFeatures]:
             regions[row["image_id"]] = RegionFeatures(features=_decode_array(row["features"], count, f"{where} features"),
                                                       boxes=boxes, image_size=size)
     return regions
+
+
+class RegionLookup:
+    """``lookup(image)`` -> the :class:`RegionFeatures` of ``image`` (a path or name) in a table keyed by image id:
+    the entry named as given, else by the file name, else by the file name without extension."""
+
+    def __init__(self, table: Mapping[str, RegionFeatures], source: str) -> None:
+        self.table = table
+        self.source = source
+
+    @classmethod
+    def from_file(cls, path: Union[str, Path]) -> "RegionLookup":
+        """The table of a region feature file (:func:`read_region_features`)."""
+        return cls(read_region_features(path), str(path))
+
+    def __call__(self, image: object) -> RegionFeatures:
+        name = Path(str(image)).name
+        for key in (str(image), name, Path(name).stem):
+            if key in self.table:
+                return self.table[key]
+        raise InputError(f"no regions for image {str(image)!r} in {self.source}")

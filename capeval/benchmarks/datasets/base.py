@@ -1,0 +1,245 @@
+"""What every benchmark loader shares: the item types, :class:`Benchmark`, the :class:`BenchmarkSpec` a loader builds
+it from, and the readers of the published files.
+
+Texts are whitespace-normalised (``" ".join(text.split())``) as the CLIPScore and PAC-S evaluation scripts do;
+nothing else is changed. Images are named relative to an images folder; :func:`check_images` fails early on missing
+files. The readers raise :class:`BenchmarkFormatError` naming the file, the entry and the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from capeval.inputs import InputError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+TASKS = ("correlation", "pairwise", "foil")
+
+
+@dataclass(frozen=True)
+class RatedItem:
+    """One human rating of one candidate caption (correlation benchmarks)."""
+
+    image: str
+    candidate: str
+    references: Tuple[str, ...]
+    human: float
+    key: str
+
+
+@dataclass(frozen=True)
+class PairwiseItem:
+    """Two candidate captions of one image and the index of the one humans preferred (PASCAL-50S)."""
+
+    image: str
+    candidates: Tuple[str, str]
+    references: Tuple[str, ...]
+    label: int
+    category: str
+    key: str
+
+
+@dataclass(frozen=True)
+class FoilItem:
+    """A correct or a foil caption of one image; the correct and the foil caption of one pair share ``pair``."""
+
+    image: str
+    candidate: str
+    references: Tuple[str, ...]
+    is_foil: bool
+    key: str
+    pair: str = ""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A loaded benchmark: its items, the exact protocol they follow and the statistics to report.
+
+    ``statistics`` lists every statistic the protocol reports, primary first (names: ``kendall_tau_c``,
+    ``kendall_tau_b``, ``pearson``, ``accuracy``). ``image_dir`` is the images folder the loader knows of (images
+    extracted from a hub dataset), or ``""`` when the user must give one.
+    """
+
+    name: str
+    task: str
+    items: tuple
+    protocol: str
+    primary_statistic: str
+    statistics: Tuple[str, ...] = ()
+    source: str = ""
+    citation: str = ""
+    image_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise InputError(f"benchmark {self.name!r}: task must be one of {', '.join(TASKS)}, not {self.task!r}")
+
+    def images(self) -> List[str]:
+        """Unique image names in first-seen order."""
+        return list(dict.fromkeys(item.image for item in self.items))
+
+
+class BenchmarkFormatError(ValueError):
+    """A benchmark file does not have the published layout; the message names the file, the entry and the problem."""
+
+
+class ItemsRead(NamedTuple):
+    """Items read from one of a benchmark's layouts: ``source`` names the layout and its files, ``description`` says
+    for the protocol how they were read, ``image_dir`` is the images folder it implies (``""``: the user gives one)."""
+
+    items: List[Any]
+    source: str
+    description: str
+    image_dir: str = ""
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """What every load of one benchmark shares: its task, the statistics it reports (primary first), the layouts
+    ``source`` may name (``"auto"`` first), how to get its files, and its citation."""
+
+    name: str
+    task: str
+    statistics: Tuple[str, ...]
+    sources: Tuple[str, ...]
+    how_to_get: str
+    citation: str
+
+    def check_source(self, source: str) -> None:
+        """Raise InputError unless ``source`` is one of :attr:`sources`."""
+        if source not in self.sources:
+            quoted = [repr(name) for name in self.sources]
+            allowed = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+            raise InputError(f"benchmark {self.name!r}: source must be {allowed}, not {source!r}")
+
+    def locate(self, root: Optional[PathLike], file_names: Sequence[str]) -> Path:
+        """``root`` itself when it is a file, else the first of ``file_names`` inside the folder ``root``."""
+        if root is None:
+            raise FileNotFoundError(
+                f"benchmark {self.name!r} needs root= (a folder holding {' or '.join(file_names)}). {self.how_to_get}"
+            )
+        path = Path(root)
+        if path.is_file():
+            return path
+        for name in file_names:
+            if (path / name).is_file():
+                return path / name
+        raise FileNotFoundError(
+            f"{' or '.join(file_names)} not found in {str(path)!r} for benchmark {self.name!r}. {self.how_to_get}"
+        )
+
+    def build(self, items: Sequence[Any], protocol: str, source: str, image_dir: str = "") -> Benchmark:
+        """The :class:`Benchmark` of ``items`` read from ``source`` following ``protocol``."""
+        return Benchmark(
+            name=self.name,
+            task=self.task,
+            items=tuple(items),
+            protocol=protocol,
+            primary_statistic=self.statistics[0],
+            statistics=self.statistics,
+            source=source,
+            citation=self.citation,
+            image_dir=image_dir,
+        )
+
+
+def normalize_whitespace(text: str) -> str:
+    """Collapse every run of whitespace to one space and strip the ends, as the reference evaluation scripts do."""
+    return " ".join(text.split())
+
+
+def check_images(benchmark: Benchmark, image_dir: Optional[PathLike] = None, *, shown: int = 5) -> None:
+    """Raise FileNotFoundError naming the first ``shown`` missing images and how many are missing in all."""
+    folder = image_dir if image_dir is not None else benchmark.image_dir
+    if not folder:
+        raise FileNotFoundError(f"benchmark {benchmark.name!r} needs an images folder: pass image_dir")
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"images folder {str(folder)!r} for benchmark {benchmark.name!r} does not exist")
+    names = benchmark.images()
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        listed = ", ".join(missing[:shown]) + (", ..." if len(missing) > shown else "")
+        raise FileNotFoundError(
+            f"{len(missing)} of the {len(names)} images of benchmark {benchmark.name!r} are missing from "
+            f"{str(folder)!r}: {listed}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# File readers
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value of ``path``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as error:
+        raise BenchmarkFormatError(f"{path}: not valid JSON ({error})") from None
+
+
+def read_jsonl(path: Path) -> List[Dict[str, Any]]:
+    """The JSON value of every non-blank line of ``path``."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise BenchmarkFormatError(f"{path}:{line_number}: not valid JSON ({error})") from None
+    return rows
+
+
+def tab_rows(path: Path, columns: int) -> Iterator[Tuple[int, List[str]]]:
+    """``(line number, fields)`` of a tab-separated file whose lines have exactly ``columns`` fields."""
+    with open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            line = line.strip()
+            if not line:
+                continue
+            fields = line.split("\t")
+            if len(fields) != columns:
+                raise BenchmarkFormatError(
+                    f"{path}:{line_number}: expected {columns} tab-separated fields, found {len(fields)}"
+                )
+            yield line_number, fields
+
+
+def coco_references(path: Path) -> Dict[str, List[str]]:
+    """References per COCO val2014 file name (``COCO_val2014_<12-digit id>.jpg``) from captions_val2014.json."""
+    data = read_json(path)
+    names = {image["id"]: image["file_name"] for image in data.get("images", [])}
+    references: Dict[str, List[str]] = {}
+    for annotation in data.get("annotations", []):
+        name = names.get(annotation["image_id"], f"COCO_val2014_{annotation['image_id']:012d}.jpg")
+        references.setdefault(name, []).append(annotation["caption"])
+    return references
+
+
+def as_number(value: Any, where: str) -> float:
+    """``value`` as a float; ``where`` names the entry in the error."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise BenchmarkFormatError(f"{where}: {value!r} is not a number") from None
+
+
+def as_caption(value: Any, where: str) -> str:
+    """``value`` as a whitespace-normalised caption; ``where`` names the entry in the error."""
+    if not isinstance(value, str):
+        raise BenchmarkFormatError(f"{where}: expected a caption string, found {type(value).__name__}")
+    return normalize_whitespace(value)
+
+
+def as_references(values: Any, where: str) -> Tuple[str, ...]:
+    """``values`` as a non-empty tuple of whitespace-normalised captions; ``where`` names the entry in the error."""
+    if not isinstance(values, (list, tuple)) or not values:
+        raise BenchmarkFormatError(f"{where}: expected a non-empty list of reference captions")
+    return tuple(as_caption(value, f"{where}[{index}]") for index, value in enumerate(values))
