@@ -201,8 +201,10 @@ def decoder_version() -> Optional[str]:
 
 
 @contextmanager
-def _opened(path: Path, where: str) -> Iterator[Tuple["av.container.InputContainer", "av.VideoStream"]]:
-    """The container and its first video stream (the one cv2 reads), closed on exit."""
+def _opened(path: Path, where: str,
+            threads: int = 0) -> Iterator[Tuple["av.container.InputContainer", "av.VideoStream"]]:
+    """The container and its first video stream (the one cv2 reads), closed on exit; the stream decodes with frame
+    and slice threads as cv2's does, ``threads`` of them (0: FFmpeg's choice, one per core)."""
     av = _import_av(where)
     try:
         container = av.open(str(path))
@@ -215,7 +217,8 @@ def _opened(path: Path, where: str) -> Iterator[Tuple["av.container.InputContain
             kinds = sorted({stream.type for stream in container.streams}) or ["no streams"]
             raise InputError(f"{where} has no video stream (found: {', '.join(kinds)})")
         stream = container.streams.video[0]
-        stream.thread_type = "AUTO"  # frame and slice threads: the same frames, decoded faster
+        stream.thread_type = "AUTO"  # the same frames, decoded faster
+        stream.thread_count = threads
         yield container, stream
 
 
@@ -262,14 +265,18 @@ def _decoded(container: "av.container.InputContainer", stream: "av.VideoStream",
         raise InputError(f"{where} has no frames: its video stream holds nothing that decodes")
 
 
-def _quarter_turns(frame: "av.VideoFrame") -> int:
-    """numpy.rot90's k for the frame's display matrix, as cv2 turns frames (``CAP_PROP_ORIENTATION_AUTO``): a
-    counter-clockwise rotation by a multiple of 90 degrees; any other angle (or a degenerate matrix) leaves it."""
+_TURNS = (None, Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)
+"""The counter-clockwise turns by 0, 90, 180 and 270 degrees."""
+
+
+def _turn(frame: "av.VideoFrame") -> Optional[Image.Transpose]:
+    """The turn cv2 gives frames of the display matrix of ``frame`` (``CAP_PROP_ORIENTATION_AUTO``): its rotation
+    when that is a multiple of 90 degrees; none for any other angle or a degenerate matrix."""
     try:
         degrees = int(frame.rotation)
     except ValueError:  # av_display_rotation_get gives NaN for a degenerate matrix
-        return 0
-    return (degrees // 90) % 4 if degrees % 90 == 0 else 0
+        return None
+    return _TURNS[(degrees // 90) % 4] if degrees % 90 == 0 else None
 
 
 class _Conversion:
@@ -280,55 +287,59 @@ class _Conversion:
         self._av = _import_av(where)
         self._where = where
         self._reformatter = self._av.video.reformatter.VideoReformatter()
-        self._turns: Optional[int] = None
+        self._turns: List[Optional[Image.Transpose]] = []
 
     def __call__(self, frame: "av.VideoFrame", number: int) -> Image.Image:
-        if self._turns is None:
-            self._turns = _quarter_turns(frame)
+        if not self._turns:
+            self._turns.append(_turn(frame))
         try:
-            bgr = self._reformatter.reformat(frame, format="bgr24", interpolation="BICUBIC", threads=1).to_ndarray()
+            bgr = self._reformatter.reformat(frame, format="bgr24", interpolation="BICUBIC", threads=1)
         except self._av.error.FFmpegError as error:  # pixel formats libswscale cannot convert
             raise InputError(f"{self._where}: frame {number} ({frame.format.name}) could not be converted to RGB: "
                              f"{error}") from None
-        rgb = np.rot90(bgr[:, :, ::-1], self._turns)
-        return Image.fromarray(np.ascontiguousarray(rgb))
+        plane = bgr.planes[0]
+        # PIL's BGR unpacking reverses the channels as cv2's COLOR_BGR2RGB does (and copies out of the frame)
+        image = Image.frombytes("RGB", (bgr.width, bgr.height), memoryview(plane), "raw", "BGR", plane.line_size)
+        return image.transpose(self._turns[0]) if self._turns[0] is not None else image
 
 
-def count_video_frames(path: Union[str, "os.PathLike[str]"], *, name: Optional[str] = None) -> int:
+def count_video_frames(path: Union[str, "os.PathLike[str]"], *, name: Optional[str] = None, threads: int = 0) -> int:
     """T: the number of frames the reference's cv2 loop reads from the file, counted by decoding it (no conversion).
-    ``name`` names the video in errors (default: the path)."""
+    ``name`` names the video in errors (default: the path); ``threads`` is the decoder's (0: one per core)."""
     where = name or str(path)
-    with _opened(Path(path), where) as (container, stream):
+    with _opened(Path(path), where, threads) as (container, stream):
         return sum(1 for _ in _decoded(container, stream, where))
 
 
 def iter_video_frames(path: Union[str, "os.PathLike[str]"], num_frames: Optional[int] = None, *,
-                      name: Optional[str] = None) -> Iterator[Image.Image]:
+                      name: Optional[str] = None, threads: int = 0) -> Iterator[Image.Image]:
     """The frames of a video file as the EMScore reference's cv2 path delivers them (RGB PIL images), streamed.
 
     ``num_frames=None`` gives every frame; an int gives the frames :func:`sample_indices` chooses of the T the
     reference reads (a first pass decodes the file to count T). ``name`` names the video in errors (default: the
-    path). Errors are :class:`InputError`; a failure part way is a :class:`VideoDecodeWarning` and ends the frames.
-    ``num_frames`` and PyAV are checked at the call; the file is read as the frames are taken.
+    path); ``threads`` is the decoder's number of threads (0: one per core; 1 suits several decoding processes).
+    Errors are :class:`InputError`; a failure part way is a :class:`VideoDecodeWarning` and ends the frames.
+    The arguments and PyAV are checked at the call; the file is read as the frames are taken.
     """
     check_positive_int(num_frames, "num_frames", optional=True)
+    check_positive_int(threads, "threads", minimum=0)
     where = name or str(path)
     _import_av(where)
-    return _converted_frames(Path(path), where, num_frames)
+    return _converted_frames(Path(path), where, num_frames, threads)
 
 
-def _converted_frames(path: Path, where: str, num_frames: Optional[int]) -> Iterator[Image.Image]:
+def _converted_frames(path: Path, where: str, num_frames: Optional[int], threads: int) -> Iterator[Image.Image]:
     """Decode ``path``, converting every frame, or (``num_frames`` given) count its frames first, then decode it
     again converting only the sampled ones (each as often as it is sampled) and stop after the last of them."""
     convert = _Conversion(where)
     if num_frames is None:
-        with _opened(path, where) as (container, stream):
+        with _opened(path, where, threads) as (container, stream):
             for number, frame in enumerate(_decoded(container, stream, where)):
                 yield convert(frame, number)
         return
-    indices = sample_indices(count_video_frames(path, name=where), num_frames)
+    indices = sample_indices(count_video_frames(path, name=where, threads=threads), num_frames)
     position = 0
-    with _opened(path, where) as (container, stream):
+    with _opened(path, where, threads) as (container, stream):
         for number, frame in enumerate(_decoded(container, stream, where)):
             if number == indices[position]:
                 image = convert(frame, number)
@@ -374,13 +385,13 @@ class VideoItem:
         """Whether the entry was precomputed features (read with :meth:`features`, not :meth:`frames`)."""
         return isinstance(self.source, VideoFeatures)
 
-    def frames(self, num_frames: Optional[int] = None) -> Iterator[Image.Image]:
+    def frames(self, num_frames: Optional[int] = None, *, threads: int = 0) -> Iterator[Image.Image]:
         """The video's frames as RGB PIL images (streamed from a file), all or ``num_frames`` sampled as
-        :func:`sample_indices` samples them."""
+        :func:`sample_indices` samples them; ``threads`` is the decoder's for a file (0: one per core)."""
         if isinstance(self.source, VideoFeatures):
             raise TypeError(f"videos[{self.index}] holds precomputed features; read them with features()")
         if isinstance(self.source, Path):
-            return iter_video_frames(self.source, num_frames, name=_where(self.index, self.label))
+            return iter_video_frames(self.source, num_frames, name=_where(self.index, self.label), threads=threads)
         return (_memory_frame_to_pil(self.source[i]) for i in sample_indices(len(self.source), num_frames))
 
     def features(self, num_frames: Optional[int] = None) -> VideoFeatures:
@@ -409,7 +420,8 @@ def validate_video(video: VideoInput, index: int, *, feature_dim: Optional[int] 
                                                                       f"{path}")
         key = _file_key(path, index)
         where = _where(index, str(path))
-        with _opened(path, where) as (container, stream), closing(_decoded(container, stream, where)) as frames:
+        with _opened(path, where, threads=1) as (container, stream), \
+                closing(_decoded(container, stream, where)) as frames:
             next(frames)  # the first frame decodes (no frame at all is an InputError)
         return VideoItem(index, key, path, str(path))
     if isinstance(video, VideoFeatures):
