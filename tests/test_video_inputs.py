@@ -58,6 +58,7 @@ CLIPS = [
     Clip("h264_bframes_64x48.mp4", ("libx264",), 64, 48, options={"bf": "3", "g": "5"}),
     Clip("h264_rotated90_64x48.mp4", H264, 64, 48, frames=5, rotation=90),
     Clip("h264_rotated180_64x48.mp4", H264, 64, 48, frames=5, rotation=180),
+    Clip("h264_rotated270_64x48.mp4", H264, 64, 48, frames=5, rotation=-90),
     Clip("mpeg4_99x67.avi", ("mpeg4",), 99, 67),
     Clip("mpeg4_98x66.mov", ("mpeg4",), 98, 66),
     Clip("vp9_81x61.webm", ("libvpx-vp9",), 81, 61),
@@ -242,6 +243,8 @@ def test_sampled_frames_are_the_chosen_frames(make_clip: Callable[[Clip], Path],
     path = make_clip(CLIPS[0])
     every = decode_all(path)
     assert_same_frames(decode_all(path, num_frames), [every[i] for i in sample_indices(12, num_frames)])
+    one_thread = [np.asarray(image) for image in iter_video_frames(path, num_frames, threads=1)]
+    assert_same_frames(one_thread, [every[i] for i in sample_indices(12, num_frames)])
 
 
 def test_sampling_counts_the_frames_the_reference_reads(make_clip: Callable[[Clip], Path]) -> None:
@@ -395,7 +398,8 @@ BAD_FILES: List[Tuple[str, Callable[[Path], None], str]] = [
     ("flat.npy", lambda path: np.save(path, np.zeros(16, np.float32)),
      r"^videos\[3\] \({path}\): features must be a \(frames, dim\) array with at least one frame, got shape \(16,\)$"),
     ("none.npy", lambda path: np.save(path, np.zeros((0, 16), np.float32)),
-     r"^videos\[3\] \({path}\): features must be a \(frames, dim\) array with at least one frame, got shape \(0, 16\)$"),
+     r"^videos\[3\] \({path}\): features must be a \(frames, dim\) array with at least one frame, got shape "
+     r"\(0, 16\)$"),
     ("nan.npy", lambda path: np.save(path, np.where(np.arange(48).reshape(3, 16) == 40, np.nan, 0.0)),
      r"^videos\[3\] \({path}\): features hold NaN or infinite values \(frame 2\)$"),
     ("text.npy", lambda path: np.save(path, np.array([["a"] * 16])),
@@ -495,3 +499,5 @@ def test_num_frames_is_checked_before_decoding(make_clip: Callable[[Clip], Path]
     for bad, shown in [(0, "0"), (-2, "-2"), (2.5, "float 2.5"), (True, "bool True")]:
         with pytest.raises(InputError, match=rf"^num_frames must be a positive integer, got {shown}$"):
             iter_video_frames(path, bad)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^threads must be a non-negative integer, got -1$"):
+        iter_video_frames(path, threads=-1)
