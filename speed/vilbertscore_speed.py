@@ -1,6 +1,6 @@
 """ViLBERTScore throughput from precomputed regions: (candidate, reference) pairs per second.
 
-    python benchmarks/vilbertscore_speed.py [--images N] [--device cpu|cuda] [--batch-size B] [--work-dir DIR]
+    python speed/vilbertscore_speed.py [--images N] [--device cpu|cuda] [--batch-size B] [--work-dir DIR]
 
 Model: a full-size ViLBERT trunk (``bert_base_6layer_6conect``: BERT-base text stream, 1024-wide visual stream and
 co-attention, task tokens) with seeded random weights, saved once under ``--work-dir`` with a 30,522-token WordPiece

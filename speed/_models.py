@@ -1,4 +1,4 @@
-"""A full-size OpenAI CLIP ViT-B/32 with random weights, as a converted model folder, for benchmarks.
+"""A full-size OpenAI CLIP ViT-B/32 with random weights, as a converted model folder, for the speed scripts.
 
 Random weights cost exactly what the real ones cost (same shapes, same operations), so timings measured with this
 model hold for ``openai/clip-vit-base-patch32`` and the PAC-S ViT-B/32 backbone. The folder is built once under a

@@ -1,7 +1,7 @@
 """Time the full classic-baseline run on a Flickr8k benchmark: load the data, score BLEU-1, BLEU-4, METEOR, ROUGE-L
 and CIDEr (pycocoevalcap 1.2, one tokenisation pass), and compute Kendall tau-b / tau-c against the human scores.
 
-    python benchmarks/time_baselines.py [--data-dir /path/to/flickr8k] [--benchmark flickr8k-expert|flickr8k-cf]
+    python speed/time_baselines.py [--data-dir /path/to/flickr8k] [--benchmark flickr8k-expert|flickr8k-cf]
 
 (from the repository root, with capeval installed or PYTHONPATH=.; needs java and pycocoevalcap 1.2).
 

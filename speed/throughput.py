@@ -1,6 +1,6 @@
 """Throughput and memory of capeval against torchmetrics' CLIPScore and reference-style loops, side by side.
 
-    python benchmarks/throughput.py [--quick] [--images N] [--threads T] [--repeats R] [--peers a,b] [--json-out FILE]
+    python speed/throughput.py [--quick] [--images N] [--threads T] [--repeats R] [--peers a,b] [--json-out FILE]
                                     [--device cpu|cuda] [--precision auto|fp32|fp16] [--host-only]
 
 Model: a full-size OpenAI CLIP ViT-B/32 with random weights (same cost as the real one), built once under

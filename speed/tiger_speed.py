@@ -1,6 +1,6 @@
 """TIGEr throughput from precomputed region features: the Flickr8k-Expert workload on CPU.
 
-    python benchmarks/tiger_speed.py --data <flickr8k folder> [--nltk-data <root>] [--threads T]
+    python speed/tiger_speed.py --data <flickr8k folder> [--nltk-data <root>] [--threads T]
 
 Model: a full-size SCAN (vocabulary 11,353 x 300, bidirectional GRU 300 -> 1024, ``Linear(2048 -> 1024)``) with
 random weights and the published COCO vocabulary (``hub_models/capeval/tiger-scan-coco/vocab.json``), built once
