@@ -1,6 +1,6 @@
 """TIGEr throughput from precomputed region features: the Flickr8k-Expert workload on CPU.
 
-    python benchmarks/tiger_speed.py --data <flickr8k folder> [--nltk-data <root>] [--threads T]
+    python speed/tiger_speed.py --data <flickr8k folder> [--nltk-data <root>] [--threads T]
 
 Model: a full-size SCAN (vocabulary 11,353 x 300, bidirectional GRU 300 -> 1024, ``Linear(2048 -> 1024)``) with
 random weights and the published COCO vocabulary (``hub_models/capeval/tiger-scan-coco/vocab.json``), built once
@@ -14,49 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from capeval import RegionFeatures, TIGErScore  # noqa: E402
-from capeval.benchmarks import load_benchmark  # noqa: E402
-from capeval.models.scan.configuration import ScanConfig  # noqa: E402
-from capeval.models.scan.loading import WEIGHTS_NAME  # noqa: E402
-from capeval.models.scan.modeling import ScanModel  # noqa: E402
-from capeval.models.scan.tokenization import VOCAB_NAME, read_vocab, write_vocab  # noqa: E402
-
-PUBLISHED_VOCAB = REPO_ROOT / "hub_models" / "capeval" / "tiger-scan-coco" / VOCAB_NAME
-SEED = 0
-
-
-def random_scan_folder(work_dir: Path) -> Path:
-    """A converted SCAN folder with the published dimensions and vocabulary and seeded random weights."""
-    folder = work_dir / f"random-tiger-scan-seed{SEED}"
-    if (folder / WEIGHTS_NAME).is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = read_vocab(PUBLISHED_VOCAB)
-    config = ScanConfig(vocab_size=len(vocab))
-    torch.manual_seed(SEED)
-    save_file({k: v.contiguous() for k, v in ScanModel(config).state_dict().items()}, str(folder / WEIGHTS_NAME))
-    config.save(folder)
-    write_vocab(vocab, folder)
-    return folder
+from _measurement import peak_rss_mb, timed
+from _models import SEED, random_scan_folder
+from capeval import RegionFeatures, TIGErScore
+from capeval.benchmarks import load_benchmark
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="folder with ExpertAnnotations.txt, Flickr8k.token.txt")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="folder with ExpertAnnotations.txt, Flickr8k.token.txt")
     parser.add_argument("--nltk-data", type=Path, help="NLTK data root holding tokenizers/punkt_tab/english "
                         "(default: NLTK's search path)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-benchmarks")
@@ -82,13 +56,12 @@ def main() -> int:
     images = [regions[item.image] for item in items]
     candidates = [item.candidate for item in items]
     references = [list(item.references) for item in items]
-    cpu_start, wall_start = time.process_time(), time.perf_counter()
-    result = scorer.score(images, candidates, references)
-    wall, cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
+    wall, cpu, result = timed(lambda: scorer.score(images, candidates, references))
     report = {
-        "items": len(items), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "items_per_s": round(len(items) / wall, 1),
+        "items": len(items), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "items_per_s": round(len(items) / wall, 1),
         "threads": torch.get_num_threads(), "computed": dict(scorer.engine.encoded),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
         "tiger_score": result["tiger_score"],
     }
     print(json.dumps(report, indent=2))

@@ -1,9 +1,9 @@
 """Time the full classic-baseline run on a Flickr8k benchmark: load the data, score BLEU-1, BLEU-4, METEOR, ROUGE-L
 and CIDEr (pycocoevalcap 1.2, one tokenisation pass), and compute Kendall tau-b / tau-c against the human scores.
 
-    python benchmarks/time_baselines.py [--data-dir /path/to/flickr8k] [--benchmark flickr8k-expert|flickr8k-cf]
+    python speed/time_baselines.py [--data-dir /path/to/flickr8k] [--benchmark flickr8k-expert|flickr8k-cf]
 
-(from the repository root, with capeval installed or PYTHONPATH=.; needs java and pycocoevalcap 1.2).
+Needs java and pycocoevalcap 1.2.
 
 The data folder holds ExpertAnnotations.txt, CrowdFlowerAnnotations.txt and Flickr8k.token.txt (or the clipscore
 json files). The target is under 2 minutes for Flickr8k-Expert on a 2-core machine.
@@ -13,18 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 import scipy.stats
 
+from _paths import FLICKR8K_DIR
 from capeval.benchmarks import load_benchmark
 from capeval.benchmarks.baselines import DEFAULT_BASELINES, compute_baselines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k"
-    parser.add_argument("--data-dir", default=os.environ.get("CAPEVAL_FLICKR8K_DIR", str(shared)))
+    parser.add_argument("--data-dir", default=str(FLICKR8K_DIR))
     parser.add_argument("--benchmark", default="flickr8k-expert", choices=["flickr8k-expert", "flickr8k-cf"])
     arguments = parser.parse_args()
 

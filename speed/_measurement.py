@@ -1,0 +1,123 @@
+"""What the speed scripts measure around the work itself: wall and CPU seconds of a call, CPU seconds of worker
+processes, peak memory (the process's resident set, and the proportional set size sampled over its process tree),
+the machine's fp32 matmul rate and the multiply-accumulates of one ViT image forward."""
+from __future__ import annotations
+
+import json
+import resource
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Tuple, TypeVar
+
+import torch
+
+Value = TypeVar("Value")
+
+
+def cpu_seconds() -> float:
+    """CPU seconds used so far by this process, over all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def worker_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's living child processes (DataLoader workers)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (``ru_maxrss``, which Linux reports in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(run: Callable[[], Value]) -> Tuple[float, float, Value]:
+    """(wall seconds, CPU seconds of this process over all its threads, value) of ``run()``; the device's queued work
+    is waited for before the clock stops."""
+    start, cpu_start = time.perf_counter(), cpu_seconds()
+    value = run()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, cpu_seconds() - cpu_start, value
+
+
+class TreeMemorySampler:
+    """Peak, over samples taken every ``interval`` seconds on a thread, of the PSS summed over this process and its
+    living descendants (DataLoader workers): the memory the run holds, pages shared after a fork counted once."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        import psutil
+
+        self._process = psutil.Process()
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
+        self.peak_bytes = 0
+
+    def _tree_pss(self) -> int:
+        import psutil
+
+        total = 0
+        for process in [self._process, *self._process.children(recursive=True)]:
+            try:
+                total += process.memory_full_info().pss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return total
+
+    def _sample_until_stopped(self) -> None:
+        while True:
+            self.peak_bytes = max(self.peak_bytes, self._tree_pss())
+            if self._stop.wait(self._interval):
+                return
+
+    def __enter__(self) -> "TreeMemorySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def matmul_flops_per_second(threads: int, size: int = 2048, repeats: int = 10) -> float:
+    """Best measured fp32 ``torch.matmul`` rate of two ``size`` x ``size`` matrices (2 n^3 FLOPs each)."""
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator)
+    b = torch.randn(size, size, generator=generator)
+    torch.matmul(a, b)
+    best = min(timed(lambda: float(torch.matmul(a, b)[0, 0]))[0] for _ in range(repeats))
+    return 2 * size ** 3 / best
+
+
+def vit_image_macs(model_dir: Path, pooled_last_layer: bool = False) -> int:
+    """Multiply-accumulates of one image through the vision tower and projection, from the model's config: patch
+    embedding, per layer QKV, attention scores and weighted sum, output projection and MLP, then the projection.
+    ``pooled_last_layer``: what capeval executes, the last layer computing keys and values for every token but the
+    rest for the class token only (capeval/models/clip/modeling.py)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    vision, projection_dim = config["vision_config"], config["projection_dim"]
+    patches = (vision["image_size"] // vision["patch_size"]) ** 2
+    tokens, width, hidden = patches + 1, vision["hidden_size"], vision["intermediate_size"]
+    patch_embedding = patches * vision.get("num_channels", 3) * vision["patch_size"] ** 2 * width
+
+    def layer(queries: int) -> int:
+        keys_and_values = 2 * tokens * width * width
+        query_and_output_projections = 2 * queries * width * width
+        scores_and_weighted_sum = 2 * queries * tokens * width
+        mlp = 2 * queries * width * hidden
+        return keys_and_values + query_and_output_projections + scores_and_weighted_sum + mlp
+
+    layers = vision["num_hidden_layers"]
+    encoder = (layers - 1) * layer(tokens) + layer(1 if pooled_last_layer else tokens)
+    return patch_embedding + encoder + width * projection_dim

@@ -1,0 +1,109 @@
+"""Full-size models with seeded random weights, as converted model folders, for the speed scripts.
+
+Random weights cost exactly what the real ones cost (same shapes, same operations), so timings measured with these
+models hold for the released ones: the OpenAI CLIP ViT-B/32 (``openai/clip-vit-base-patch32`` and the PAC-S ViT-B/32
+backbone), TIGEr's SCAN with the published COCO vocabulary and the ViLBERT trunk of ``capeval/vilbert-multi-task``.
+Each folder is built once under a work directory and reused; nothing is downloaded and nothing is written into the
+repository. The model code of each family is imported by the function that builds it, so that a script imports only
+the family it times.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors.torch import save_file
+
+from _paths import REPO_ROOT
+
+VIT_B_32_ARGS = (512, 224, 12, 768, 32, 77, 49408, 512, 8, 12)
+"""``clip.model.CLIP`` arguments of ViT-B/32: embed dim, image size, vision layers, vision width, patch size,
+context length, vocabulary size, text width, text heads, text layers."""
+
+SEED = 0
+
+PUBLISHED_SCAN = REPO_ROOT / "hub_models" / "capeval" / "tiger-scan-coco"
+"""The published SCAN folder of TIGEr, whose COCO vocabulary the random SCAN takes."""
+
+VILBERT_VOCAB_SIZE = 30522
+VILBERT_SPECIAL_TOKENS = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]"}
+"""Token id -> special token, at their ``bert-base-uncased`` positions."""
+
+
+def _save_weights(model: torch.nn.Module, path: Path) -> None:
+    """``model``'s state dict as a safetensors file."""
+    save_file({name: value.contiguous() for name, value in model.state_dict().items()}, str(path))
+
+
+def random_vit_b32_openai() -> torch.nn.Module:
+    """The seeded random-init ``clip.model.CLIP`` ViT-B/32 (fp32, eval mode), every weight an fp16 value as in the
+    released OpenAI checkpoints (so that ``clip.load``'s fp16 conversion loses nothing, as with the real weights)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # clip-anytorch's pkg_resources deprecation notice
+        from clip.model import CLIP
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = CLIP(*VIT_B_32_ARGS).float().eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def random_vit_b32_folder(work_dir: Path) -> Path:
+    """The converted folder of :func:`random_vit_b32_openai` under ``work_dir`` (built on first use)."""
+    folder = work_dir / f"random-clip-vit-b-32-seed{SEED}-fp16-values"
+    if (folder / "model.safetensors").is_file() and (folder / "tokenizer_config.json").is_file():
+        return folder
+    from conversion.convert_clip import convert_checkpoint
+
+    model = random_vit_b32_openai()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = work_dir / f"random-clip-vit-b-32-seed{SEED}.pt"
+    torch.save(model.state_dict(), checkpoint)
+    convert_checkpoint(checkpoint, folder, arch="openai", model_name="ViT-B-32")
+    checkpoint.unlink()
+    return folder
+
+
+def random_scan_folder(work_dir: Path) -> Path:
+    """A converted SCAN folder under ``work_dir`` with the published dimensions and vocabulary and seeded random
+    weights (built on first use)."""
+    from capeval.models.scan.configuration import ScanConfig
+    from capeval.models.scan.loading import WEIGHTS_NAME
+    from capeval.models.scan.modeling import ScanModel
+    from capeval.models.scan.tokenization import VOCAB_NAME, read_vocab, write_vocab
+
+    folder = work_dir / f"random-tiger-scan-seed{SEED}"
+    if (folder / WEIGHTS_NAME).is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = read_vocab(PUBLISHED_SCAN / VOCAB_NAME)
+    config = ScanConfig(vocab_size=len(vocab))
+    torch.manual_seed(SEED)
+    _save_weights(ScanModel(config), folder / WEIGHTS_NAME)
+    config.save(folder)
+    write_vocab(vocab, folder)
+    return folder
+
+
+def random_vilbert_folder(folder: Path, captions: Sequence[str]) -> Path:
+    """A full-size ViLBERT trunk with seeded random weights in ``folder``, with a 30,522-token vocabulary made of the
+    words of ``captions`` (built on first use)."""
+    from capeval.models.vilbert import VilbertConfig, VilbertModel
+
+    if (folder / "model.safetensors").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(SEED)
+    config = VilbertConfig()
+    _save_weights(VilbertModel(config), folder / "model.safetensors")
+    config.save(folder / "config.json")
+    words = sorted({word for caption in captions for word in re.findall(r"[a-z]+|[^\sa-z]", caption.lower())})
+    vocab = [VILBERT_SPECIAL_TOKENS.get(index, f"[unused{index}]") for index in range(104)] + words
+    vocab += [f"##{index}" for index in range(VILBERT_VOCAB_SIZE - len(vocab))]
+    (folder / "vocab.txt").write_text("\n".join(vocab[:VILBERT_VOCAB_SIZE]) + "\n", encoding="utf-8")
+    return folder
