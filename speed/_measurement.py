@@ -36,7 +36,16 @@ def worker_cpu_seconds() -> float:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set size in MB (``ru_maxrss``, which Linux reports in KiB)."""
+    """This process's own peak resident set size in MB: Linux's ``VmHWM`` (kB), which starts afresh in a new
+    program. ``ru_maxrss`` does not: a child process starts from its parent's peak (a child of a 1.5 GB parent reports
+    1.5 GB), so it is read only where ``/proc`` is missing."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
