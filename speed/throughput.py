@@ -21,12 +21,12 @@ torchmetrics' metric moved with ``.to(device)``, and the reference loop as ``cli
 
 Every peer runs in a fresh subprocess, so its memory is its own: ``peak memory`` is that process's peak resident set
 (``VmHWM``, which starts afresh in a new program, unlike ``ru_maxrss``, inherited from the parent); for the stream,
-whose target is memory, it is the larger of that and the peak, sampled every 0.5 s, of the proportional set size
-(PSS: pages shared after a fork split between the processes sharing them) summed over the process and its DataLoader workers
-(sampling reads every page table, about 20 ms per GB, so it runs for the stream alone). In each, the model is loaded first (not timed), one synthetic pair that is not in the workload is
-scored as a warm-up (not timed), then the whole workload is timed end to end from file paths and caption strings to
-scores. Wall and CPU time (all threads of the process) are both reported: on a shared machine the CPU ratio is the
-steadier one.
+whose target is memory, it is the larger of that and the peak, sampled every 0.5 s, of the proportional set size (PSS:
+pages shared after a fork split between the processes sharing them) summed over the process and its DataLoader workers
+(sampling reads every page table, about 20 ms per GB, so it runs for the stream alone). In each, the model is loaded
+first (not timed), one synthetic pair that is not in the workload is scored as a warm-up (not timed), then the whole
+workload is timed end to end from file paths and caption strings to scores. Wall and CPU time (all threads of the
+process) are both reported: on a shared machine the CPU ratio is the steadier one.
 
 This file is the command line and the process plumbing (one child process per peer); ``_throughput/`` holds the
 workloads, the peers and the report, ``_measurement.py`` the timing and memory measurements, ``_models.py`` the
