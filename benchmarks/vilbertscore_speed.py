@@ -47,7 +47,7 @@ def build_model(folder: Path, captions: List[str]) -> None:
     model = VilbertModel(config)
     weights = {name: value.contiguous() for name, value in model.state_dict().items()}
     save_file(weights, str(folder / "model.safetensors"))
-    config.save(folder / "config.json")
+    config.save(folder)
     words = sorted({word for caption in captions for word in re.findall(r"[a-z]+|[^\sa-z]", caption.lower())})
     vocab = [SPECIAL.get(index, f"[unused{index}]") for index in range(104)] + words
     vocab += [f"##{index}" for index in range(VOCAB_SIZE - len(vocab))]

@@ -9,8 +9,9 @@ from typing import Optional, Union
 
 from safetensors.torch import load_file, save_file
 
+from capeval.configuration import CONFIG_NAME
 from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.bridge.configuration import CONFIG_NAME, WEIGHTS_NAME, BridgeConfig
+from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.runtime import DeviceLike, resolve_device

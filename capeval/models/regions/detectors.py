@@ -59,7 +59,7 @@ DETECTORS: Dict[str, DetectorSpec] = {
 def spec_for_model_type(model_type: str) -> DetectorSpec:
     """The detector whose ``config.json`` carries ``model_type``."""
     for spec in DETECTORS.values():
-        if spec.config_class.__dataclass_fields__["model_type"].default == model_type:
+        if spec.config_class.model_type == model_type:
             return spec
     raise ValueError(f"config.json model_type {model_type!r} is not a known region detector "
                      f"({', '.join(DETECTORS)})")

@@ -12,8 +12,9 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from safetensors.torch import load_file
 
+from capeval.configuration import CONFIG_NAME
 from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.scan.configuration import CONFIG_NAME, ScanConfig
+from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
 from capeval.runtime import DeviceLike, resolve_device
