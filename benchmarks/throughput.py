@@ -57,7 +57,6 @@ from capeval.inputs import validate_image
 from capeval.models.clip.encoders import DECODE_GROUP, PREFETCH_GROUPS
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.preprocessing import ImageTransform
-from capeval.scorers.clipscore import CLIP_S
 
 FULL_IMAGES = 1125
 QUICK_IMAGES = 200
@@ -358,14 +357,14 @@ def run_torchmetrics(context: ChildContext, workload: Workload, batch_size: int 
 
     start = time.perf_counter()
     metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor).to(context.device)
-    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIP_S.prompt + WARM_UP_CAPTION])
+    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIPScore.prompt + WARM_UP_CAPTION])
     metric.reset()
     load_seconds = time.perf_counter() - start
 
     def score() -> float:
         for first in range(0, len(workload), batch_size):
             images = [load(path) for path in workload.images[first:first + batch_size]]
-            metric.update(images, [CLIP_S.prompt + text for text in workload.candidates[first:first + batch_size]])
+            metric.update(images, [CLIPScore.prompt + text for text in workload.candidates[first:first + batch_size]])
         return float(metric.compute())
 
     seconds, cpu_seconds, mean = _timed(score)
@@ -406,9 +405,9 @@ def run_per_pair(context: ChildContext, workload: Workload) -> Dict[str, Any]:
     model, transform, tokenize = _reference_style_parts(context.model_dir)
 
     def pair_score(image: Image.Image, caption: str) -> float:
-        images, texts = _encode(model, transform(image).unsqueeze(0), tokenize([CLIP_S.prompt + caption],
+        images, texts = _encode(model, transform(image).unsqueeze(0), tokenize([CLIPScore.prompt + caption],
                                                                                  truncate=True))
-        return float(clip_s(images, texts, CLIP_S.weight)[0])
+        return float(clip_s(images, texts, CLIPScore.weight)[0])
 
     pair_score(warm_up_image(), WARM_UP_CAPTION)
     load_seconds = time.perf_counter() - start
@@ -439,7 +438,7 @@ class _PathDataset(torch.utils.data.Dataset):
             return self.transform(image)
 
 
-def _reference_clip_s(images: np.ndarray, candidates: np.ndarray, weight: float = CLIP_S.weight) -> np.ndarray:
+def _reference_clip_s(images: np.ndarray, candidates: np.ndarray, weight: float = CLIPScore.weight) -> np.ndarray:
     """``clipscore.py``'s ``get_clip_score`` arithmetic (NumPy >= 1.21 branch), in the features' own dtype."""
     images = images / np.sqrt(np.sum(images ** 2, axis=1, keepdims=True))
     candidates = candidates / np.sqrt(np.sum(candidates ** 2, axis=1, keepdims=True))
@@ -456,7 +455,7 @@ class _TokenisedCaptions(torch.utils.data.Dataset):
         return len(self.captions)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        return self.tokenize(CLIP_S.prompt + self.captions[index], truncate=True).squeeze()
+        return self.tokenize(CLIPScore.prompt + self.captions[index], truncate=True).squeeze()
 
 
 def run_reference_batched(context: ChildContext, workload: Workload) -> Dict[str, Any]:
@@ -476,7 +475,7 @@ def run_reference_batched(context: ChildContext, workload: Workload) -> Dict[str
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     with torch.no_grad():
         model.encode_image(transform(warm_up_image()).unsqueeze(0).to(device).to(dtype))
-        model.encode_text(tokenize([CLIP_S.prompt + WARM_UP_CAPTION]).to(device))
+        model.encode_text(tokenize([CLIPScore.prompt + WARM_UP_CAPTION]).to(device))
     load_seconds = time.perf_counter() - start
 
     def score() -> float:

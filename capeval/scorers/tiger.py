@@ -22,8 +22,9 @@ from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.regions.detectors import DETECTORS
-from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
+from capeval.models.scan.loading import LoadedScan, load_scan
 from capeval.options import check_scorer_options
+from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -35,14 +36,6 @@ NUM_REGIONS = 36
 """Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
 GROUNDING_VERSION = "1"
 """Bumped whenever the grounding arithmetic changes, so that old cached grounding vectors are not reused."""
-
-
-@dataclass(frozen=True)
-class TigerSpec:
-    name: str = "tiger_score"
-    label: str = "TIGEr"
-    accelerator_precision: str = "fp32"
-    """SCAN runs in float32 everywhere, as trained; the grounding maths is float64 NumPy."""
 
 
 class RegionEmbeddings(RowProducer[KeyedRegions]):
@@ -133,12 +126,12 @@ class TIGErScore(Scorer):
     """TIGEr (Jiang et al., 2019) with the SCAN grounding model; references are required.
 
     Args:
-        model: hub id or local folder of a converted SCAN model (``conversion/convert_scan.py``); default
-            ``capeval/tiger-scan-coco``.
+        model: hub id or local folder of a converted SCAN model (``conversion/convert_scan.py``); the family's
+            default model (SCAN trained on COCO, as TIGEr's authors released it) when ``None``.
         revision: hub revision; capeval's pinned revision for the default model when ``None``.
         regions: where region features of image entries come from. Entries that are :class:`RegionFeatures` are
             used as given and never need a detector. For other entries (path, PIL image, array, bytes): ``None``
-            loads the default bottom-up detector (``capeval/bottom-up-frcnn-r101-vg``, 36 fixed regions as
+            loads the default bottom-up detector (``DETECTORS["bottom-up"]``, 36 fixed regions as
             ``generate_tsv.py``) when the first one is met; a string is the hub id or folder of a converted
             detector; a :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its
             settings and cache); any other callable maps a list of PIL images to a list of :class:`RegionFeatures`.
@@ -153,8 +146,7 @@ class TIGErScore(Scorer):
         progress: show progress bars.
     """
 
-    spec = TigerSpec()
-    references_required = True
+    family = FAMILIES["tigerscore"]
     per_item_only = ("rrs_score", "wds_score")
 
     def __init__(
@@ -176,7 +168,7 @@ class TIGErScore(Scorer):
         if self.precision != "fp32":
             raise ValueError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
                              f"{self.precision!r}")
-        self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
+        self.scan = load_scan(model if model is not None else self.family.default_model, revision, self.device)
         self._region_source = regions
         self.cache_dir = cache_dir
         self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
@@ -252,7 +244,7 @@ class TIGErScore(Scorer):
             detected = self._regions_of_images([entries[position] for position in needing_detector])
             for position, regions in zip(needing_detector, detected):
                 entries[position] = regions
-        assert chunk.references is not None  # references_required
+        assert chunk.references is not None  # references are required
         embed_size = self.scan.config.embed_size
         distinct_regions = {entry.key: entry for entry in entries}
         region_rows = dict(zip(distinct_regions, self.engine.row_list("scan_regions", list(distinct_regions.values()))))
