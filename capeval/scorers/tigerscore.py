@@ -1,5 +1,5 @@
-"""TIGEr (Jiang et al., 2019): region features and captions -> SCAN embeddings and grounding vectors (engine) ->
-per-item RRS, WDS and TIGEr (:mod:`capeval.functional.tiger`).
+"""TIGEr (Jiang et al., 2019): region features and captions -> SCAN embeddings and grounding vectors (engine,
+:mod:`capeval.models.scan.encoders`) -> per-item RRS, WDS and TIGEr (:mod:`capeval.functional.tigerscore`).
 
 Three kinds of rows go through the shared engine, each computed once per distinct input and cached in memory and,
 with ``cache_dir``, on disk: the SCAN embedding of an image's regions (keyed by the features' content), the word
@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import torch
 
 from capeval.cache import text_key
-from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
-from capeval.functional import tiger as functional
+from capeval.engine import EmbeddingEngine
+from capeval.functional import tigerscore as functional
 from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
+from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
-from capeval.models.regions.detectors import DETECTORS
-from capeval.models.scan.loading import LoadedScan, load_scan
+from capeval.models.scan.encoders import GroundingPair, GroundingVectors, RegionEmbeddings, WordEmbeddings
+from capeval.models.scan.loading import load_scan
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
@@ -34,92 +33,6 @@ RegionSource = Union[None, str, "os.PathLike[str]", Callable[[List[Any]], List[R
 
 NUM_REGIONS = 36
 """Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
-GROUNDING_VERSION = "1"
-"""Bumped whenever the grounding arithmetic changes, so that old cached grounding vectors are not reused."""
-
-
-class RegionEmbeddings(RowProducer[KeyedRegions]):
-    """SCAN image-encoder output of an image's regions, flattened to one row of ``regions * embed_size``."""
-
-    kind = "scan_regions"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: KeyedRegions) -> str:
-        return item.key
-
-    def cache_key(self) -> str:
-        return f"{self.scan.fingerprint}|scan-image-encoder"
-
-    def plan(self, items: Mapping[str, KeyedRegions]) -> List[Batch]:
-        return fixed_size_batches(items, self.batch_size)
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
-        for batch in batches:
-            features = torch.from_numpy(np.stack([item.regions.features for item in batch]))
-            yield to_rows(self.scan.model.encode_regions(features.to(self.scan.device))).reshape(len(batch), -1)
-
-
-class WordEmbeddings(RowProducer[str]):
-    """SCAN text-encoder output of a caption: ``(words, embed_size)`` flattened to one row (``<start>``/``<end>``
-    included), so rows differ in length."""
-
-    kind = "scan_words"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: str) -> str:
-        return text_key(item)
-
-    def cache_key(self) -> str:
-        return f"{self.scan.fingerprint}|scan-text-encoder|{self.scan.tokenizer.fingerprint}"
-
-    def plan(self, items: Mapping[str, str]) -> List[Batch]:
-        """Batches of captions of similar token count, so that the padded GRU batches stay short."""
-        ids = {key: self.scan.tokenizer.encode(text) for key, text in items.items()}
-        ordered = sorted(ids, key=lambda key: len(ids[key]))
-        return [[(key, ids[key]) for key in ordered[start:start + self.batch_size]]
-                for start in range(0, len(ordered), self.batch_size)]
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[List[np.ndarray]]:
-        for batch in batches:
-            yield [to_rows(words).reshape(-1) for words in self.scan.model.encode_token_ids(batch)]
-
-
-@dataclass(frozen=True)
-class GroundingPair:
-    """A caption to ground in an image: the keys of both and their SCAN embeddings."""
-
-    regions_key: str
-    text_key: str
-    regions: np.ndarray
-    words: np.ndarray
-
-
-class GroundingVectors(RowProducer[GroundingPair]):
-    """Per-region grounding ``s_i`` of a caption in an image (float64, :func:`capeval.functional.tiger.grounding`)."""
-
-    kind = "tiger_grounding"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: GroundingPair) -> str:
-        return f"{item.regions_key}:{item.text_key}"
-
-    def cache_key(self) -> str:
-        return (f"{self.scan.fingerprint}|{self.scan.tokenizer.fingerprint}|grounding-{GROUNDING_VERSION}"
-                f"|lambda_softmax={self.scan.config.lambda_softmax}")
-
-    def plan(self, items: Mapping[str, GroundingPair]) -> List[Batch]:
-        return fixed_size_batches(items, self.batch_size)
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
-        lambda_softmax = self.scan.config.lambda_softmax
-        for batch in batches:
-            yield np.stack([functional.grounding(pair.regions, pair.words, lambda_softmax) for pair in batch])
 
 
 class TIGErScore(Scorer):
@@ -190,7 +103,7 @@ class TIGErScore(Scorer):
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
         """Per-item ``tiger_scores``, ``rrs_scores``, ``wds_scores`` and the corpus ``tiger_score`` (their mean).
 
-        Items where the original code raises get the results defined in :mod:`capeval.functional.tiger`; a warning
+        Items where the original code raises get the results defined in :mod:`capeval.functional.tigerscore`; a warning
         gives their number."""
         self._undefined = functional.UndefinedCounts()
         self._keyed.clear()
