@@ -229,11 +229,18 @@ def bottom_up_config(config: Mapping[str, Any]) -> BottomUpConfig:
 def _x152_fpn_depth(model: Mapping[str, Any]) -> int:
     """The ResNet depth of a maskrcnn-benchmark ``MODEL`` section; layouts other than a ResNe(X)t FPN with the
     2-MLP box head and class-specific FPN predictor are refused."""
-    backbone, resnets, box_head = model.get("BACKBONE", {}), model.get("RESNETS", {}), model.get("ROI_BOX_HEAD", {})
-    body = str(backbone.get("CONV_BODY", ""))
+    body = str(model.get("BACKBONE", {}).get("CONV_BODY", ""))
     depth = body[2:-4] if body.startswith("R-") and body.endswith("-FPN") else ""
     if not depth.isdigit() or int(depth) not in RESNET_BLOCKS:
         raise ValueError(f"BACKBONE.CONV_BODY {body!r} is not a ResNet/ResNeXt FPN body (R-50/101/152-FPN)")
+    _check_fpn_heads(model)
+    _check_frozen_bottlenecks(model.get("RESNETS", {}))
+    return int(depth)
+
+
+def _check_fpn_heads(model: Mapping[str, Any]) -> None:
+    """Refuse FPN, RPN and box head variants other than the released ones."""
+    box_head = model.get("ROI_BOX_HEAD", {})
     if not (model.get("RPN", {}).get("USE_FPN") and model.get("ROI_HEADS", {}).get("USE_FPN")):
         raise ValueError("RPN.USE_FPN and ROI_HEADS.USE_FPN must be set: this is the FPN detector")
     expected = {"FEATURE_EXTRACTOR": "FPN2MLPFeatureExtractor", "PREDICTOR": "FPNPredictor"}
@@ -242,11 +249,14 @@ def _x152_fpn_depth(model: Mapping[str, Any]) -> int:
         raise ValueError(f"the box head must be {expected} without class-agnostic regression, masks or RPN-only")
     if model.get("FPN", {}).get("USE_GN") or model.get("FPN", {}).get("USE_RELU") or box_head.get("USE_GN"):
         raise ValueError("FPN / box head group norm or ReLU variants are not the released layout")
+
+
+def _check_frozen_bottlenecks(resnets: Mapping[str, Any]) -> None:
+    """Refuse ResNet blocks other than frozen-batch-norm bottlenecks without dilation or deformable convs."""
     if resnets.get("RES5_DILATION", 1) != 1 or resnets.get("TRANS_FUNC", "BottleneckWithFixedBatchNorm") != \
             "BottleneckWithFixedBatchNorm" or resnets.get("STEM_FUNC", "StemWithFixedBatchNorm") != \
             "StemWithFixedBatchNorm" or any(_yacs_tuple(resnets.get("STAGE_WITH_DCN", ()))):
         raise ValueError("only frozen-batch-norm bottlenecks without dilation or deformable convs are supported")
-    return int(depth)
 
 
 def x152_fpn_config(config: Mapping[str, Any]) -> X152FpnConfig:
