@@ -151,7 +151,7 @@ def test_registry_and_regions_command(detector: X152FpnDetector, tmp_path: Path,
     spec = DETECTORS["x152-fpn"]
     assert spec.hub_id == "capeval/vilbert-detector-x152-fpn" and spec.settings == VILBERT
     loaded = spec.load(model_dir)
-    assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint
+    assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint and loaded.revision is None  # a local folder
     with pytest.raises(ValueError, match="not 'bottom-up'"):
         DETECTORS["bottom-up"].load(model_dir)
     out = tmp_path / "features.npz"
