@@ -1,26 +1,19 @@
 """Model files from a local folder or the Hugging Face hub, pinned revisions, and content fingerprints.
 
-Model-independent: each model family's loader resolves its folder here and names the files it needs.
+Model-independent: each model family's loader resolves its folder here and names the files it needs; the pinned
+revisions are those of :data:`capeval.registry.MODELS`.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 from capeval.options import local_model_problem
+from capeval.registry import MODELS
 
 ModelRef = Union[str, "os.PathLike[str]"]
-
-DEFAULT_REVISIONS: Dict[str, str] = {
-    "openai/clip-vit-base-patch32": "c7244be81152024ce0e99ac8d2e373a8953d9f9a",
-    "capeval/pacs-clip-vit-b-32": "v1.0",
-    "capeval/pacs-openclip-vit-l-14": "v1.0",
-    "capeval/tiger-scan-coco": "v1.0",
-    "capeval/vilbert-multi-task": "v1.0",
-}
-"""Revision used for a known hub model when none is given; the result signature records it."""
 
 
 class ModelNotAvailableError(OSError):
@@ -28,9 +21,10 @@ class ModelNotAvailableError(OSError):
 
 
 def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
-    """``revision`` if given; else capeval's pinned revision of a known hub model; ``None`` for local folders."""
-    if revision is None and not Path(model).expanduser().is_dir():
-        return DEFAULT_REVISIONS.get(str(model))
+    """``revision`` if given; else capeval's pinned revision of a known hub model (:data:`capeval.registry.MODELS`,
+    which the result signature records); ``None`` for local folders and other models."""
+    if revision is None and not Path(model).expanduser().is_dir() and str(model) in MODELS:
+        return MODELS[str(model)].revision
     return revision
 
 

@@ -1,16 +1,54 @@
-"""Every metric family capeval implements, in one table read by the ``evaluate`` adapter, the CLI, the training-loop
-integration and the benchmark runner. Adding a metric adds one :class:`MetricFamily` to :data:`FAMILIES`.
+"""Every metric family capeval implements and every model it downloads, in two tables: :data:`FAMILIES`, read by
+the scorers, the ``evaluate`` adapter, the CLI, the training-loop integration and the benchmark runner, and
+:data:`MODELS`, read by every model loader (through :func:`capeval.hub.pinned_revision`) and the region detectors.
+Adding a metric adds one :class:`MetricFamily` to :data:`FAMILIES` and its models to :data:`MODELS`.
 
-Scorer classes are named by dotted path and imported on first use, so importing this module imports no model code.
+A pure data module: scorer classes are named by dotted path and imported on first use, so importing this module
+imports no model code (and no other capeval module).
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, Mapping, NamedTuple, Tuple, Type
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
-if TYPE_CHECKING:
-    from capeval.scorers.base import Scorer
+
+class HubModel(NamedTuple):
+    """A model capeval downloads from the Hugging Face hub."""
+
+    revision: Optional[str]
+    """The revision loaded when none is given, recorded in result signatures: a commit of a third-party repository,
+    capeval's release tag of its own; ``None``: not pinned."""
+    default_for: Optional[str] = None
+    """What loads it when given no model: a metric family (``clipscore``) or a region detector
+    (``detector:bottom-up``)."""
+
+
+MODELS: Dict[str, HubModel] = {
+    "openai/clip-vit-base-patch32": HubModel("c7244be81152024ce0e99ac8d2e373a8953d9f9a", "clipscore"),
+    "capeval/pacs-clip-vit-b-32": HubModel("v1.0", "pacscore"),
+    "capeval/pacs-openclip-vit-l-14": HubModel("v1.0"),
+    "capeval/pacspp-clip-vit-b-32": HubModel("v1.0"),
+    "capeval/pacspp-clip-vit-l-14": HubModel("v1.0"),
+    # capeval's BRIDGE on OpenAI CLIP ViT-B/32, trained by capeval: the paper's authors released no weights
+    "capeval/bridge-clip-vit-b-32": HubModel("v1.0", "bridge"),
+    # BRIDGE's template captioner, named by BRIDGE configs (with their captioner_revision); capeval knows no commit of
+    # it to pin, so it is loaded at the revision the config names (the hub's main branch by default).
+    "Salesforce/blip-image-captioning-large": HubModel(None),
+    "capeval/tiger-scan-coco": HubModel("v1.0", "tigerscore"),
+    "capeval/bottom-up-frcnn-r101-vg": HubModel("v1.0", "detector:bottom-up"),
+    "capeval/vilbert-multi-task": HubModel("v1.0", "vilbertscore"),
+    "capeval/vilbert-detector-x152-fpn": HubModel("v1.0", "detector:x152-fpn"),
+}
+"""Hub id -> :class:`HubModel`: every model capeval loads by default or publishes."""
+
+
+def default_model(user: str) -> str:
+    """Hub id of the model ``user`` (a family name, or ``detector:<name>``) loads when given none."""
+    for hub_id, model in MODELS.items():
+        if model.default_for == user:
+            return hub_id
+    raise KeyError(f"no default model for {user!r}")
 
 
 class BenchmarkMetric(NamedTuple):
@@ -26,26 +64,38 @@ class BenchmarkMetric(NamedTuple):
 
 @dataclass(frozen=True)
 class MetricFamily:
-    """One metric family: its scorer and the names of its results."""
+    """One metric family: its scorer, names, results, references mode and precision; its default model is in
+    :data:`MODELS`."""
 
     name: str
     """Family name: the ``metrics/<name>`` folder, ``capeval score --metric <name>``."""
     scorer_path: str
     """``module:Class`` of the scorer."""
+    label: str
+    """Human-readable metric name (``CLIP-S``)."""
     description: str
+    main_result: str
+    """The scorer's ``metric_name`` (one of :attr:`result_keys`); the result signature starts with it."""
     result_keys: Mapping[str, str]
     """Corpus result (each also reported per item as ``<key>s``; reference-based ones only with references) -> how
     the reference code prints it (the CLI prints it so)."""
     references: str
     """``"optional"`` (reference-based results are added when references are given), ``"required"``, or ``"unused"``
     (a reference-free metric: giving references is an error)."""
+    accelerator_precision: str
+    """The precision the reference code runs at on an accelerator (on CPU every family runs fp32)."""
     benchmark_metrics: Mapping[str, BenchmarkMetric]
     """Benchmark metric name (``ref_clip_s``) -> which result it reads."""
     region_features: bool = False
     """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand in
     for the images."""
 
-    def scorer_class(self) -> "Type[Scorer]":
+    @property
+    def default_model(self) -> str:
+        """Hub id of the model the scorer loads when given none (a key of :data:`MODELS`)."""
+        return default_model(self.name)
+
+    def scorer_class(self) -> type:
         """The scorer class (imported now)."""
         module, name = self.scorer_path.split(":")
         return getattr(importlib.import_module(module), name)
@@ -54,29 +104,40 @@ class MetricFamily:
 FAMILIES: Dict[str, MetricFamily] = {
     family.name: family
     for family in (
-        MetricFamily("clipscore", "capeval.scorers.clipscore:CLIPScore", references="optional",
+        MetricFamily("clipscore", "capeval.scorers.clipscore:CLIPScore", "CLIP-S", references="optional",
                      description="CLIP-S / RefCLIP-S (Hessel et al., 2021) on OpenAI CLIP ViT-B/32",
+                     main_result="clip_score",
                      result_keys={"clip_score": "CLIPScore", "ref_clip_score": "RefCLIPScore"},
+                     accelerator_precision="fp16",  # clip.load on CUDA
                      benchmark_metrics={"clip_s": BenchmarkMetric("clip_scores", False, "CLIP-S"),
                                         "ref_clip_s": BenchmarkMetric("ref_clip_scores", True, "RefCLIP-S")}),
-        MetricFamily("pacscore", "capeval.scorers.clipscore:PACScore", references="optional",
+        MetricFamily("pacscore", "capeval.scorers.clipscore:PACScore", "PAC-S", references="optional",
                      description="PAC-S / RefPAC-S (Sarto et al., 2023) on the PAC-S fine-tuned CLIP backbones",
+                     main_result="pac_score",
                      result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
+                     accelerator_precision="fp32",  # its code calls model.float()
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
                                         "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
-        MetricFamily("bridge", "capeval.scorers.bridge:BRIDGEScore", references="unused",
+        MetricFamily("bridge", "capeval.scorers.bridge:BRIDGEScore", "BRIDGE", references="unused",
                      description="BRIDGE (Sarto et al., 2024): CLIP-S joined by pseudo-captions of the image's "
                                  "template caption filled from CLIP grid features",
+                     main_result="bridge_score",
                      result_keys={"bridge_score": "BRIDGE"},
+                     accelerator_precision="fp32",  # no reference code exists; capeval trains and runs it in fp32
                      benchmark_metrics={"bridge": BenchmarkMetric("bridge_scores", False, "BRIDGE")}),
-        MetricFamily("tigerscore", "capeval.scorers.tiger:TIGErScore", references="required",
+        MetricFamily("tigerscore", "capeval.scorers.tigerscore:TIGErScore", "TIGEr", references="required",
                      description="TIGEr (Jiang et al., 2019): SCAN text-to-image grounding of candidate and references",
+                     main_result="tiger_score",
                      result_keys={"tiger_score": "TIGEr"},
+                     accelerator_precision="fp32",  # SCAN as trained; the grounding maths is float64 NumPy
                      benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")},
                      region_features=True),
-        MetricFamily("vilbertscore", "capeval.scorers.vilbertscore:ViLBERTScore", references="required",
+        MetricFamily("vilbertscore", "capeval.scorers.vilbertscore:ViLBERTScore", "ViLBERTScore",
+                     references="required",
                      description="ViLBERTScore P / R / F (Lee et al., 2020) on the 12-in-1 ViLBERT, from detector regions",
+                     main_result="vilbert_f1",
                      result_keys={"vilbert_precision": "P", "vilbert_recall": "R", "vilbert_f1": "F"},
+                     accelerator_precision="fp32",
                      benchmark_metrics={"vilbert_p": BenchmarkMetric("vilbert_precisions", True, "ViLBERTScore-P"),
                                         "vilbert_r": BenchmarkMetric("vilbert_recalls", True, "ViLBERTScore-R"),
                                         "vilbert_f": BenchmarkMetric("vilbert_f1s", True, "ViLBERTScore-F")},
@@ -98,6 +159,6 @@ def family(name: str) -> MetricFamily:
     return FAMILIES[name]
 
 
-def scorer_class(name: str) -> "Type[Scorer]":
+def scorer_class(name: str) -> type:
     """The scorer class of the family called ``name``."""
     return family(name).scorer_class()

@@ -37,17 +37,17 @@ def precision_dtype(precision: str) -> torch.dtype:
 
 
 class RunsOnAccelerator(Protocol):
-    """Anything that states the precision its reference code runs at on an accelerator (a metric's spec)."""
+    """Anything that states the precision its reference code runs at on an accelerator (a metric family)."""
 
     accelerator_precision: str
 
 
-def resolve_precision(precision: str, spec: RunsOnAccelerator, device: torch.device) -> str:
-    """``"auto"`` becomes the reference code's precision on ``device`` (fp32 on CPU, ``spec.accelerator_precision``
+def resolve_precision(precision: str, family: RunsOnAccelerator, device: torch.device) -> str:
+    """``"auto"`` becomes the reference code's precision on ``device`` (fp32 on CPU, ``family.accelerator_precision``
     elsewhere); other values pass through."""
     if precision != "auto":
         return precision
-    return "fp32" if device.type == "cpu" else spec.accelerator_precision
+    return "fp32" if device.type == "cpu" else family.accelerator_precision
 
 
 def default_batch_size(device: torch.device) -> int:

@@ -6,7 +6,8 @@
 ``--detector resnext152-fpn``: vilbert-multi-task's ``detectron_model.pth`` + ``detectron_config.yaml``
 (vqa-maskrcnn-benchmark) for :class:`capeval.models.regions.modeling_x152_fpn.X152FpnDetector`.
 Checkpoints are read with ``torch.load(weights_only=True)``; a maskrcnn-benchmark checkpoint's ``"model"`` entry
-is the state dict (its optimizer / scheduler entries are ignored) and a leading ``module.`` is removed.
+is the state dict (its optimizer / scheduler entries are ignored) and a leading ``module.`` is removed. The original
+yaml becomes capeval's ``config.json`` (:func:`bottom_up_config`, :func:`x152_fpn_config`).
 
 Bottom-up: every checkpoint key is either renamed (:func:`capeval_key`) or listed as dropped with the reason:
 
@@ -38,16 +39,17 @@ ResNeXt-152 FPN (:func:`fpn_key`):
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import yaml
 from safetensors.torch import save_file
 
-from capeval.models.regions.configuration import BottomUpConfig, X152FpnConfig
+from capeval.models.regions.configuration import RESNET_BLOCKS, BottomUpConfig, X152FpnConfig
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors
 
@@ -161,22 +163,154 @@ def convert_state_dict(state: Mapping[str, torch.Tensor], config: Union[BottomUp
     return converted, dropped
 
 
-CONFIG_CLASSES = {"bottom-up": BottomUpConfig, "resnext152-fpn": X152FpnConfig}
+def _floats(values: Iterable[Any]) -> Tuple[float, ...]:
+    return tuple(float(value) for value in values)
+
+
+def _yacs_tuple(value: Any) -> Tuple[Any, ...]:
+    """A yacs-style value as a tuple: yaml lists, or strings such as ``"(0.5, 1.0, 2.0)"``."""
+    if isinstance(value, str):
+        value = ast.literal_eval(value)
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _check_bottom_up_layout(config: Mapping[str, Any]) -> None:
+    """Refuse a ``config.yaml`` of another layout than the C4 detector with the attribute head."""
+    resnets, rpn = config["RESNETS"], config["RPN"]
+    anchors, box_head = config["ANCHOR_GENERATOR"], config["ROI_BOX_HEAD"]
+    if list(rpn["IN_FEATURES"]) != ["res4"] or list(resnets["OUT_FEATURES"]) != ["res4"]:
+        raise ValueError("only the C4 layout (RPN and RoI pooling on res4) is supported")
+    if resnets["NORM"] not in ("BN", "FrozenBN"):
+        raise ValueError(f"RESNETS.NORM {resnets['NORM']!r} is not a (frozen) batch norm")
+    if resnets["RES5_DILATION"] != 1 or box_head["CLS_AGNOSTIC_BBOX_REG"] or not box_head["ATTR"]:
+        raise ValueError("RES5_DILATION 1, class-specific box regression and the attribute head are the "
+                         "supported layout")
+    if len(anchors["SIZES"]) != 1 or len(anchors["ASPECT_RATIOS"]) != 1:
+        raise ValueError("one feature map (res4) takes one list of anchor sizes and aspect ratios")
+
+
+def bottom_up_config(config: Mapping[str, Any]) -> BottomUpConfig:
+    """The config of the parsed ``config.yaml`` of ``unc-nlp/frcnn-vg-finetuned``, whose sections (RESNETS, RPN,
+    ROI_HEADS, ...) sit at the top level beside MODEL and INPUT; a missing key is an error."""
+    _check_bottom_up_layout(config)
+    resnets, rpn, generator = config["RESNETS"], config["RPN"], config["PROPOSAL_GENERATOR"]
+    anchors, roi_heads, box_head = config["ANCHOR_GENERATOR"], config["ROI_HEADS"], config["ROI_BOX_HEAD"]
+    model = config["MODEL"]
+    return BottomUpConfig(
+        depth=int(resnets["DEPTH"]),
+        stem_out_channels=int(resnets["STEM_OUT_CHANNELS"]),
+        res2_out_channels=int(resnets["RES2_OUT_CHANNELS"]),
+        num_groups=int(resnets["NUM_GROUPS"]),
+        bottleneck_channels=int(resnets["NUM_GROUPS"]) * int(resnets["WIDTH_PER_GROUP"]),
+        stride_in_1x1=bool(resnets["STRIDE_IN_1X1"]),
+        caffe_maxpool=bool(model["MAX_POOL"]),
+        rpn_hidden_channels=int(generator["HIDDEN_CHANNELS"]),
+        anchor_sizes=_floats(anchors["SIZES"][0]),
+        anchor_aspect_ratios=_floats(anchors["ASPECT_RATIOS"][0]),
+        anchor_offset=float(anchors["OFFSET"]),
+        rpn_box_weights=_floats(rpn["BBOX_REG_WEIGHTS"]),  # type: ignore[arg-type]
+        rpn_pre_nms_topk=int(rpn["PRE_NMS_TOPK_TEST"]),
+        rpn_post_nms_topk=int(rpn["POST_NMS_TOPK_TEST"]),
+        rpn_nms_threshold=float(rpn["NMS_THRESH"]),
+        rpn_min_box_size=float(generator["MIN_SIZE"]),
+        pooler_resolution=int(box_head["POOLER_RESOLUTION"]),
+        res5_halve=bool(box_head["RES5HALVE"]),
+        num_classes=int(roi_heads["NUM_CLASSES"]),
+        num_attributes=int(box_head["NUM_ATTRS"]),
+        box_weights=_floats(box_head["BBOX_REG_WEIGHTS"]),  # type: ignore[arg-type]
+        detection_nms_threshold=float(roi_heads["NMS_THRESH_TEST"]),
+        pixel_mean=_floats(model["PIXEL_MEAN"]),  # type: ignore[arg-type]
+        pixel_std=_floats(model["PIXEL_STD"]),  # type: ignore[arg-type]
+        min_size_test=int(config["INPUT"]["MIN_SIZE_TEST"]),
+        max_size_test=int(config["INPUT"]["MAX_SIZE_TEST"]),
+    )
+
+
+def _x152_fpn_depth(model: Mapping[str, Any]) -> int:
+    """The ResNet depth of a maskrcnn-benchmark ``MODEL`` section; layouts other than a ResNe(X)t FPN with the
+    2-MLP box head and class-specific FPN predictor are refused."""
+    body = str(model.get("BACKBONE", {}).get("CONV_BODY", ""))
+    depth = body[2:-4] if body.startswith("R-") and body.endswith("-FPN") else ""
+    if not depth.isdigit() or int(depth) not in RESNET_BLOCKS:
+        raise ValueError(f"BACKBONE.CONV_BODY {body!r} is not a ResNet/ResNeXt FPN body (R-50/101/152-FPN)")
+    _check_fpn_heads(model)
+    _check_frozen_bottlenecks(model.get("RESNETS", {}))
+    return int(depth)
+
+
+def _check_fpn_heads(model: Mapping[str, Any]) -> None:
+    """Refuse FPN, RPN and box head variants other than the released ones."""
+    box_head = model.get("ROI_BOX_HEAD", {})
+    if not (model.get("RPN", {}).get("USE_FPN") and model.get("ROI_HEADS", {}).get("USE_FPN")):
+        raise ValueError("RPN.USE_FPN and ROI_HEADS.USE_FPN must be set: this is the FPN detector")
+    expected = {"FEATURE_EXTRACTOR": "FPN2MLPFeatureExtractor", "PREDICTOR": "FPNPredictor"}
+    if any(box_head.get(key) != value for key, value in expected.items()) or \
+            model.get("CLS_AGNOSTIC_BBOX_REG") or model.get("RPN_ONLY") or model.get("MASK_ON"):
+        raise ValueError(f"the box head must be {expected} without class-agnostic regression, masks or RPN-only")
+    if model.get("FPN", {}).get("USE_GN") or model.get("FPN", {}).get("USE_RELU") or box_head.get("USE_GN"):
+        raise ValueError("FPN / box head group norm or ReLU variants are not the released layout")
+
+
+def _check_frozen_bottlenecks(resnets: Mapping[str, Any]) -> None:
+    """Refuse ResNet blocks other than frozen-batch-norm bottlenecks without dilation or deformable convs."""
+    if resnets.get("RES5_DILATION", 1) != 1 or resnets.get("TRANS_FUNC", "BottleneckWithFixedBatchNorm") != \
+            "BottleneckWithFixedBatchNorm" or resnets.get("STEM_FUNC", "StemWithFixedBatchNorm") != \
+            "StemWithFixedBatchNorm" or any(_yacs_tuple(resnets.get("STAGE_WITH_DCN", ()))):
+        raise ValueError("only frozen-batch-norm bottlenecks without dilation or deformable convs are supported")
+
+
+def x152_fpn_config(config: Mapping[str, Any]) -> X152FpnConfig:
+    """The network fields of a parsed maskrcnn-benchmark yaml (its ``MODEL`` section); a key the yaml leaves out
+    keeps maskrcnn-benchmark's default. Tuples may be written as yacs strings such as ``"(4, 8, 16)"``. The input
+    constants (BGR means, 800 / 1333, padding to 32) are not read: ``script/extract_features.py`` hard-codes them
+    and feeds the network directly, bypassing the yaml's INPUT transforms."""
+    model = config["MODEL"]
+    depth = _x152_fpn_depth(model)
+    backbone, resnets = model.get("BACKBONE", {}), model.get("RESNETS", {})
+    rpn, box_head = model.get("RPN", {}), model.get("ROI_BOX_HEAD", {})
+    groups = int(resnets.get("NUM_GROUPS", 1))
+    return X152FpnConfig(
+        depth=depth,
+        stem_out_channels=int(resnets.get("STEM_OUT_CHANNELS", 64)),
+        res2_out_channels=int(resnets.get("RES2_OUT_CHANNELS", 256)),
+        num_groups=groups,
+        bottleneck_channels=groups * int(resnets.get("WIDTH_PER_GROUP", 64)),
+        stride_in_1x1=bool(resnets.get("STRIDE_IN_1X1", True)),
+        fpn_channels=int(backbone.get("OUT_CHANNELS", resnets.get("BACKBONE_OUT_CHANNELS", 256))),
+        anchor_sizes=_floats(_yacs_tuple(rpn.get("ANCHOR_SIZES", X152FpnConfig.anchor_sizes))),
+        anchor_strides=tuple(int(s) for s in _yacs_tuple(rpn.get("ANCHOR_STRIDE", X152FpnConfig.anchor_strides))),
+        anchor_aspect_ratios=_floats(_yacs_tuple(rpn.get("ASPECT_RATIOS", X152FpnConfig.anchor_aspect_ratios))),
+        rpn_pre_nms_topk=int(rpn.get("PRE_NMS_TOP_N_TEST", 6000)),
+        rpn_post_nms_topk=int(rpn.get("POST_NMS_TOP_N_TEST", 1000)),
+        rpn_fpn_post_nms_topk=int(rpn.get("FPN_POST_NMS_TOP_N_TEST", 2000)),
+        rpn_nms_threshold=float(rpn.get("NMS_THRESH", 0.7)),
+        rpn_min_box_size=float(rpn.get("MIN_SIZE", 0)),
+        pooler_resolution=int(box_head.get("POOLER_RESOLUTION", 14)),
+        pooler_scales=_floats(_yacs_tuple(box_head.get("POOLER_SCALES", (1.0 / 16,)))),
+        pooler_sampling_ratio=int(box_head.get("POOLER_SAMPLING_RATIO", 0)),
+        mlp_head_dim=int(box_head.get("MLP_HEAD_DIM", 1024)),
+        num_classes=int(box_head.get("NUM_CLASSES", 81)),
+    )
+
+
+CONFIG_READERS: Dict[str, Callable[[Mapping[str, Any]], Union[BottomUpConfig, X152FpnConfig]]] = {
+    "bottom-up": bottom_up_config, "resnext152-fpn": x152_fpn_config}
+"""``--detector`` -> the reader of its original yaml."""
 
 
 def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detector: str = "bottom-up") -> List[str]:
     """Write ``model.safetensors`` and ``config.json`` to ``out_dir``; returns the dropped checkpoint keys."""
-    config = CONFIG_CLASSES[detector].from_reference_yaml(yaml.safe_load(config_yaml.read_text()))
+    config = CONFIG_READERS[detector](yaml.safe_load(config_yaml.read_text()))
     converted, dropped = convert_state_dict(load_checkpoint(checkpoint), config)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(converted, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    config.save(out_dir / "config.json")
+    config.save(out_dir)
     return dropped
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--detector", choices=sorted(CONFIG_CLASSES), default="bottom-up",
+    parser.add_argument("--detector", choices=sorted(CONFIG_READERS), default="bottom-up",
                         help="bottom-up: unc-nlp/frcnn-vg-finetuned; resnext152-fpn: vilbert-multi-task's detector")
     parser.add_argument("--checkpoint", type=Path, required=True,
                         help="pytorch_model.bin (bottom-up) or detectron_model.pth (resnext152-fpn)")

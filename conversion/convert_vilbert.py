@@ -21,7 +21,8 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import fields
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from safetensors.torch import save_file
@@ -31,10 +32,22 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from capeval.models.vilbert.configuration import VilbertConfig  # noqa: E402
-from capeval.models.vilbert.loading import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE  # noqa: E402
+from capeval.models.vilbert.loading import VOCAB_FILE, WEIGHTS_FILE  # noqa: E402
 from capeval.models.vilbert.modeling import VilbertModel  # noqa: E402
 
 TASK_EMBEDDINGS_KEY = "bert.embeddings.task_embeddings.weight"
+
+TRAINING_ONLY_FIELDS = frozenset({
+    "attention_probs_dropout_prob", "hidden_dropout_prob", "v_attention_probs_dropout_prob", "v_hidden_dropout_prob",
+    "initializer_range", "v_initializer_range", "v_target_size", "visual_target", "predict_feature",
+    "bi_intermediate_size", "bi_attention_type", "pooling_method", "fusion_method", "objective", "num_negative",
+    "visualization", "fixed_t_layer", "fixed_v_layer", "model",
+})
+"""Original fields that do not change the eval-mode text output (dropout, initialisation, heads, layer freezing,
+attention logging; ``model`` must be ``"bert"``, checked on reading)."""
+
+UNSUPPORTED_FLAGS = {"dynamic_attention": False, "fast_mode": False, "in_batch_pairs": False, "with_coattention": True}
+"""Original switches that change the forward pass; only the values every released checkpoint uses are implemented."""
 
 DROPPED: Tuple[Tuple[str, str], ...] = (
     (r"^bert\.(t|v)_pooler\.", "pooler: pooled outputs feed the task heads, not the token states"),
@@ -50,6 +63,26 @@ are dropped too (see :func:`split_state_dict`)."""
 
 class CheckpointError(ValueError):
     """The checkpoint cannot be read or does not hold a complete ViLBERT trunk."""
+
+
+def config_from_original(original: Mapping[str, Any], *, task_specific_tokens: bool) -> VilbertConfig:
+    """The config of an original ``BertConfig`` JSON dict; ``task_specific_tokens`` is not in those files (the
+    scripts set it: True for ``multi_task_model.bin``, False for ``pretrained_model.bin``)."""
+    known = {field.name for field in fields(VilbertConfig)}
+    unknown = sorted(set(original) - known - TRAINING_ONLY_FIELDS - set(UNSUPPORTED_FLAGS))
+    if unknown:
+        raise ValueError(f"unknown ViLBERT config fields: {unknown}")
+    if original.get("model", "bert") != "bert":
+        raise ValueError(f"only the BERT text stream is supported, got model={original['model']!r}")
+    for flag, supported in UNSUPPORTED_FLAGS.items():
+        if original.get(flag, supported) != supported:
+            raise ValueError(f"{flag}={original[flag]!r} is not supported (released checkpoints use {supported})")
+    values = {key: value for key, value in original.items() if key in known}
+    missing = sorted(known - set(values) - {"task_specific_tokens", "layer_norm_eps"})
+    if missing:  # the original would fall back to its constructor defaults, which differ from the released files
+        raise ValueError(f"ViLBERT config lacks fields: {missing}")
+    values["task_specific_tokens"] = task_specific_tokens
+    return VilbertConfig(**values)
 
 
 def load_original_state_dict(checkpoint: Path) -> Dict[str, torch.Tensor]:
@@ -108,8 +141,7 @@ def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> 
     ``bert.embeddings.task_embeddings.weight``."""
     state_dict = load_original_state_dict(checkpoint)
     with open(original_config, encoding="utf-8") as handle:
-        config = VilbertConfig.from_original(json.load(handle),
-                                             task_specific_tokens=TASK_EMBEDDINGS_KEY in state_dict)
+        config = config_from_original(json.load(handle), task_specific_tokens=TASK_EMBEDDINGS_KEY in state_dict)
     kept, dropped, unexpected = split_state_dict(state_dict, config)
     if unexpected:
         raise CheckpointError(f"unexpected keys (no rule keeps or drops them): {unexpected}")
@@ -123,7 +155,7 @@ def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> 
             f"bert.{key} {tuple(kept[key].shape)} vs {tuple(expected[key].shape)}" for key in wrong))
     out.mkdir(parents=True, exist_ok=True)
     save_file(kept, str(out / WEIGHTS_FILE), metadata={"format": "pt", "source": checkpoint.name})
-    config.save(out / CONFIG_FILE)
+    config.save(out)
     shutil.copyfile(vocab, out / VOCAB_FILE)
     for reason in sorted(set(dropped.values())):
         keys = [key for key, why in dropped.items() if why == reason]

@@ -101,7 +101,7 @@ def random_vilbert_folder(folder: Path, captions: Sequence[str]) -> Path:
     torch.manual_seed(SEED)
     config = VilbertConfig()
     _save_weights(VilbertModel(config), folder / "model.safetensors")
-    config.save(folder / "config.json")
+    config.save(folder)
     words = sorted({word for caption in captions for word in re.findall(r"[a-z]+|[^\sa-z]", caption.lower())})
     vocab = [VILBERT_SPECIAL_TOKENS.get(index, f"[unused{index}]") for index in range(104)] + words
     vocab += [f"##{index}" for index in range(VILBERT_VOCAB_SIZE - len(vocab))]

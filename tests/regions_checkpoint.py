@@ -80,7 +80,7 @@ def detector_folder_and_images(detector: torch.nn.Module, root: Path) -> Tuple[P
     model_dir.mkdir()
     images.mkdir()
     save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
-    detector.config.save(model_dir / "config.json")
+    detector.config.save(model_dir)
     rng = np.random.default_rng(3)
     for name in ("x", "y"):
         Image.fromarray(rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)).save(images / f"{name}.jpg")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from capeval import ModelNotAvailableError, PACScore
-from capeval.hub import DEFAULT_REVISIONS
+from capeval.registry import MODELS
 from capeval.models.clip.loading import load_backbone
 from capeval.options import PRECISION_DTYPES
 from capeval.runtime import precision_dtype
@@ -54,7 +54,7 @@ def test_default_model_loads_from_a_populated_cache_without_network(tiny_openai_
     repo = tmp_path / "models--capeval--pacs-clip-vit-b-32"
     shutil.copytree(tiny_openai_clip.hf_dir, repo / "snapshots" / commit)
     (repo / "refs").mkdir()
-    (repo / "refs" / DEFAULT_REVISIONS["capeval/pacs-clip-vit-b-32"]).write_text(commit)
+    (repo / "refs" / MODELS["capeval/pacs-clip-vit-b-32"].revision).write_text(commit)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     _block_network(monkeypatch)
     scorer = PACScore(device="cpu")

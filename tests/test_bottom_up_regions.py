@@ -17,7 +17,7 @@ from capeval.models.regions.extraction import RegionExtractor, extract_to_file
 from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.preprocessing import caffe_scale, cv2_linear_resize
-from conversion.convert_regions import CELL_ANCHORS_KEY, capeval_key, convert_state_dict
+from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config, capeval_key, convert_state_dict
 from regions_checkpoint import REGIONS_DATA, assert_conversion_refuses, converted_detector, \
     detector_folder_and_images, synthetic_reference_state_dict
 
@@ -32,7 +32,7 @@ boxes are compared relative to their size (1e-6, about 16 float32 steps)."""
 
 @pytest.fixture(scope="module")
 def config() -> BottomUpConfig:
-    return BottomUpConfig.from_reference_yaml(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
+    return bottom_up_config(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -181,10 +181,10 @@ def test_regions_command(detector: BottomUpDetector, tmp_path: Path, capsys: pyt
 
 def test_hub_folder_config_is_the_full_model() -> None:
     folder = REGIONS_DATA.parents[2] / "hub_models" / "capeval" / "bottom-up-frcnn-r101-vg"
-    config = BottomUpConfig.load(folder / "config.json")
+    config = BottomUpConfig.load(folder)
     assert (config.depth, config.pooled_feature_dim, config.num_classes, config.num_attributes) == (101, 2048, 1600, 400)
     assert (config.min_size_test, config.max_size_test, config.rpn_post_nms_topk) == (600, 1000, 300)
-    small = BottomUpConfig.from_reference_yaml(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
+    small = bottom_up_config(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
     differing = {k for k, v in small.to_dict().items() if config.to_dict()[k] != v}
     assert differing == {"stem_out_channels", "res2_out_channels", "bottleneck_channels", "rpn_hidden_channels",
                          "num_classes", "num_attributes"}

@@ -170,9 +170,10 @@ def test_pixel_table_equals_torchvision_normalisation_then_cast() -> None:
 
 
 def test_auto_precision_is_the_reference_codes_own_on_each_device(tiny_openai_clip) -> None:
+    from capeval.registry import FAMILIES
     from capeval.runtime import resolve_precision
-    from capeval.scorers.clipscore import CLIP_S, PAC_S
 
+    CLIP_S, PAC_S = FAMILIES["clipscore"], FAMILIES["pacscore"]
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_precision("auto", CLIP_S, cpu) == resolve_precision("auto", PAC_S, cpu) == "fp32"
     assert resolve_precision("auto", CLIP_S, cuda) == "fp16"  # clip.load on CUDA

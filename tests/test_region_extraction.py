@@ -21,10 +21,10 @@ from safetensors.torch import save_file
 from capeval.cache import DiskCache
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions import extraction
-from capeval.models.regions.configuration import BottomUpConfig, ExtractionSettings
+from capeval.models.regions.configuration import ExtractionSettings
 from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
-from conversion.convert_regions import CELL_ANCHORS_KEY
+from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config
 from regions_checkpoint import REGIONS_DATA, converted_detector, synthetic_reference_state_dict
 
 SETTINGS = ExtractionSettings(min_boxes=1, max_boxes=5)
@@ -34,7 +34,7 @@ FIELDS = ("features", "boxes", "scores", "object_ids", "object_scores", "attribu
 @pytest.fixture(scope="module")
 def detector() -> BottomUpDetector:
     """The tiny bottom-up detector at a small input size (shorter side 64, longer at most 100), so tests run fast."""
-    config = BottomUpConfig.from_reference_yaml(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
+    config = bottom_up_config(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
     config = dataclasses.replace(config, min_size_test=64, max_size_test=100)
     model = converted_detector(BottomUpDetector, synthetic_reference_state_dict({CELL_ANCHORS_KEY: cell_anchors(config)}),
                                config)
@@ -124,7 +124,7 @@ def test_two_processes_write_the_file_of_one(detector: BottomUpDetector, tmp_pat
     model_dir.mkdir()
     folder.mkdir()
     save_file({k: v.contiguous() for k, v in detector.state_dict().items()}, str(model_dir / "model.safetensors"))
-    detector.config.save(model_dir / "config.json")
+    detector.config.save(model_dir)
     images: Dict[str, str] = {}
     for index, image in enumerate(_images([(32, 40), (40, 32), (32, 40), (24, 48), (40, 32), (32, 40)], seed=7)):
         images[f"i{index}"] = str(folder / f"i{index}.png")

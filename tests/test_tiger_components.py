@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from capeval import ModelNotAvailableError
-from capeval.functional import tiger as F
+from capeval.functional import tigerscore as F
 from capeval.models.scan.tokenization import ScanTokenizer, punkt_parameters
 from conversion import convert_scan
 from scan_checkpoints import (SPECIALS, TRAINING_OPTIONS, save_original_checkpoint, synthetic_state,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from capeval.functional import tiger as F
+from capeval.functional import tigerscore as F
 from capeval.models.scan import load_scan
 from capeval.models.scan.tokenization import punkt_parameters
 from conversion import convert_scan

@@ -131,9 +131,9 @@ def test_image_entries_go_through_the_region_source(scorer: TIGErScore, monkeypa
 
 
 def test_image_entries_load_the_bottom_up_detector(scorer: TIGErScore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Offline and not cached, the default detector cannot be had: the error names it."""
+    """Offline and not cached, the default detector cannot be had: the error names it and its pinned revision."""
     monkeypatch.setattr(scorer, "_extractor", None)
-    with pytest.raises(ModelNotAvailableError, match="capeval/bottom-up-frcnn-r101-vg"):
+    with pytest.raises(ModelNotAvailableError, match=r"capeval/bottom-up-frcnn-r101-vg' \(revision 'v1.0'\)"):
         scorer.score([np.zeros((6, 9, 3), dtype=np.uint8)], ["a cat"], [["a cat"]])
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from capeval.models.vilbert import VilbertConfig
+from conversion.convert_vilbert import config_from_original
 from conversion.publish import ORIGINAL_SHA256_PATTERN, read_front_matter
 
 FOLDER = Path(__file__).resolve().parent.parent / "hub_models" / "capeval" / "vilbert-multi-task"
@@ -45,6 +46,6 @@ def test_card_front_matter_and_numbers() -> None:
 
 
 def test_config_is_the_converted_original_config() -> None:
-    converted = VilbertConfig.from_original(ORIGINAL_CONFIG, task_specific_tokens=True)
-    assert VilbertConfig.load(FOLDER / "config.json") == converted == VilbertConfig()
+    converted = config_from_original(ORIGINAL_CONFIG, task_specific_tokens=True)
+    assert VilbertConfig.load(FOLDER) == converted == VilbertConfig()
     assert converted.num_text_layers_used == 11 and converted.num_visual_layers_used == 5

@@ -91,7 +91,7 @@ def test_conversion_keeps_trunk_and_drops_heads(converted: Path, multi_task_chec
     assert "encoder.layer.5.output.dense.weight" not in keys  # after the last co-attention block (t id 5)
     assert "encoder.v_layer.3.output.dense.weight" not in keys  # after the last co-attention block (v id 3)
     assert {"bert." + key for key in keys} <= set(original)
-    assert VilbertConfig.load(converted / "config.json").task_specific_tokens
+    assert VilbertConfig.load(converted).task_specific_tokens
 
 
 def test_conversion_refuses_unexpected_and_missing_keys(multi_task_checkpoint: Path, tmp_path: Path):

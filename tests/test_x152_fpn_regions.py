@@ -18,7 +18,7 @@ from capeval.models.regions.configuration import VILBERT, X152FpnConfig
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors, pyramid_levels
-from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint
+from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint, x152_fpn_config
 from regions_checkpoint import X152_DATA, assert_conversion_refuses, converted_detector, \
     detector_folder_and_images, synthetic_reference_state_dict
 from test_bottom_up_regions import BOX_RTOL, IMAGES, TOLERANCE, _encoded
@@ -35,7 +35,7 @@ def goldens() -> dict:
 
 @pytest.fixture(scope="module")
 def config() -> X152FpnConfig:
-    return X152FpnConfig.from_reference_yaml(yaml.safe_load((X152_DATA / "config.yaml").read_text()))
+    return x152_fpn_config(yaml.safe_load((X152_DATA / "config.yaml").read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ def test_conversion_maps_every_key(config: X152FpnConfig, reference_state: dict,
 
 def test_full_architecture_maps_every_key(reference_anchors: dict) -> None:
     """The full ResNeXt-152 32x8d / FPN 512 / MLP 2048 / 1,601-class layout, shapes only (meta tensors)."""
-    config = X152FpnConfig.from_reference_yaml(yaml.safe_load((X152_DATA / "full_config.yaml").read_text()))
-    assert config == X152FpnConfig.load(FULL_CARD / "config.json") == X152FpnConfig()
+    config = x152_fpn_config(yaml.safe_load((X152_DATA / "full_config.yaml").read_text()))
+    assert config == X152FpnConfig.load(FULL_CARD) == X152FpnConfig()
     layout = json.loads(gzip.decompress((X152_DATA / "full_layout.json.gz").read_bytes()))
     with torch.device("meta"):
         state = {key: torch.empty(shape, dtype=getattr(torch, dtype)) for key, shape, dtype in layout}
@@ -151,7 +151,7 @@ def test_registry_and_regions_command(detector: X152FpnDetector, tmp_path: Path,
     spec = DETECTORS["x152-fpn"]
     assert spec.hub_id == "capeval/vilbert-detector-x152-fpn" and spec.settings == VILBERT
     loaded = spec.load(model_dir)
-    assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint
+    assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint and loaded.revision is None  # a local folder
     with pytest.raises(ValueError, match="not 'bottom-up'"):
         DETECTORS["bottom-up"].load(model_dir)
     out = tmp_path / "features.npz"

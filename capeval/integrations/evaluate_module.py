@@ -1,8 +1,8 @@
-"""The shared ``evaluate`` adapter behind ``metrics/clipscore`` and ``metrics/pacscore``.
+"""The shared ``evaluate`` adapter behind every ``metrics/<family>`` folder (one per :data:`capeval.registry.FAMILIES`
+entry).
 
 A metric script subclasses :class:`CaptionMetric` and sets the texts and the metric family name; the scorer class
-comes from :mod:`capeval.registry`. Scripts must
-import this module (``from capeval.integrations import evaluate_module``), not the class: ``evaluate.load`` takes the
+comes from :mod:`capeval.registry`. Scripts must import this module (``from capeval.integrations import evaluate_module``), not the class: ``evaluate.load`` takes the
 first ``EvaluationModule`` subclass in the script's namespace as the metric.
 
 Design (see the metric cards): ``images`` are a keyword of ``compute`` and never an evaluate feature, so evaluate

@@ -1,8 +1,9 @@
 """What every scorer shares: validated chunked streaming, per-item and corpus results, signature, device, precision.
 
-A concrete scorer sets :attr:`Scorer.spec`, loads its model in ``__init__`` after ``super().__init__``, and
-implements :meth:`Scorer._score_chunk` (one validated chunk -> per-item score arrays by result name) and
-:meth:`Scorer.signature_fields`. :meth:`Scorer.score` streams the inputs in chunks, concatenates the per-item arrays,
+A concrete scorer sets :attr:`Scorer.family` (its :class:`~capeval.registry.MetricFamily`, which states its result
+names, label, default model, references mode and precision), loads its model in ``__init__`` after
+``super().__init__``, and implements :meth:`Scorer._score_chunk` (one validated chunk -> per-item score arrays by
+result name) and :meth:`Scorer.signature_fields`. :meth:`Scorer.score` streams the inputs in chunks, concatenates the per-item arrays,
 adds corpus means and the signature, and warns once with the count of truncated texts.
 """
 from __future__ import annotations
@@ -11,12 +12,13 @@ import queue
 import threading
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
 from capeval.options import check_positive_int
+from capeval.registry import MetricFamily
 from capeval.runtime import DeviceLike, resolve_device, resolve_precision
 from capeval.version import __version__
 
@@ -63,44 +65,32 @@ def validated_ahead(chunks: Iterator[ScoringItems]) -> Iterator[ScoringItems]:
         thread.join()
 
 
-class ScorerSpec(Protocol):
-    """What the base class reads from a scorer's spec."""
-
-    name: str
-    """Name of the main result (``clip_score``); the signature starts with it."""
-    label: str
-    """Human-readable metric name (``CLIP-S``)."""
-    accelerator_precision: str
-    """The precision the reference code runs at on an accelerator (on CPU: fp32)."""
-
-
 class Scorer(ABC):
     """Base of every capeval scorer.
 
     Args:
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         precision: ``"auto"`` (the reference code's precision on that device: fp32 on CPU,
-            ``spec.accelerator_precision`` on an accelerator), ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+            ``family.accelerator_precision`` on an accelerator), ``"fp32"``, ``"fp16"`` or ``"bf16"``.
         chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
     """
 
-    spec: ClassVar[ScorerSpec]
-    references_required: ClassVar[bool] = False
-    """Whether :meth:`score` needs references (else they are optional and add the reference-based results)."""
+    family: ClassVar[MetricFamily]
+    """The scorer's entry in :data:`capeval.registry.FAMILIES`."""
     per_item_only: ClassVar[Tuple[str, ...]] = ()
     """Result names reported per item only (``<name>s``), without a corpus mean."""
 
     def __init__(self, device: DeviceLike = None, precision: str = "auto", *, chunk_size: int = 1024) -> None:
         check_positive_int(chunk_size, "chunk_size")
         self.device = resolve_device(device)
-        self.precision = resolve_precision(precision, self.spec, self.device)
+        self.precision = resolve_precision(precision, self.family, self.device)
         self.chunk_size = chunk_size
         self._truncated: List[TextPosition] = []
 
     @property
     def metric_name(self) -> str:
         """Name of the main result (``<metric_name>`` is the corpus mean, ``<metric_name>s`` the per-item list)."""
-        return self.spec.name
+        return self.family.main_result
 
     @abstractmethod
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
@@ -110,7 +100,7 @@ class Scorer(ABC):
     def signature(self) -> str:
         """sacreBLEU-style statement of everything that determines the numbers."""
         fields = [*self.signature_fields(), ("precision", self.precision), ("capeval", __version__)]
-        return "|".join([self.spec.name, *(f"{name}:{value}" for name, value in fields)])
+        return "|".join([self.metric_name, *(f"{name}:{value}" for name, value in fields)])
 
     def score(
         self,
@@ -121,9 +111,9 @@ class Scorer(ABC):
         """Per-item and corpus scores; reference-based scores too when ``references`` is given.
 
         Inputs may be sequences or iterables (consumed in chunks). Corpus values are means of per-item values.
+        References are required, optional or refused as the family's references mode says.
         """
-        if references is None and self.references_required:
-            raise InputError(f"{self.spec.label} needs references: pass references=[[...], ...], one list per item")
+        self._check_references_mode(references)
         per_item: Dict[str, List[np.ndarray]] = {}
         self._truncated = []
         for chunk in validated_ahead(self._chunks(images, candidates, references)):
@@ -140,6 +130,14 @@ class Scorer(ABC):
             result[f"{name}s"] = [float(value) for value in values]
         result["signature"] = self.signature
         return result
+
+    def _check_references_mode(self, references: Optional[Iterable[Sequence[str]]]) -> None:
+        """``InputError`` when references are missing for a family that requires them or given to one without."""
+        label, mode = self.family.label, self.family.references
+        if references is None and mode == "required":
+            raise InputError(f"{label} needs references: pass references=[[...], ...], one list per item")
+        if references is not None and mode == "unused":
+            raise InputError(f"{label} is reference-free and does not use references; call score(images, candidates)")
 
     def _chunks(
         self, images: Iterable[Any], candidates: Iterable[str], references: Optional[Iterable[Sequence[str]]]

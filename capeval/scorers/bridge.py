@@ -9,29 +9,21 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from capeval.functional import bridge as functional
-from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning
+from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.bridge.encoders import BridgeEngine
-from capeval.models.bridge.loading import DEFAULT_MODEL, load_bridge
+from capeval.models.bridge.loading import load_bridge
 from capeval.models.bridge.templates import NounChunker, Tagger
 from capeval.options import check_scorer_options
+from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-@dataclass(frozen=True)
-class BridgeSpec:
-    name: str = "bridge_score"
-    label: str = "BRIDGE"
-    accelerator_precision: str = "fp32"
-    """No reference code exists; capeval's BRIDGE is trained and run in fp32."""
 
 
 class BRIDGEScore(Scorer):
@@ -39,9 +31,9 @@ class BRIDGEScore(Scorer):
     pseudo-captions (BLIP template captions whose noun chunks a mapping network fills from CLIP's grid features).
 
     Args:
-        model: hub id or local folder of a BRIDGE model (``config.json`` + ``model.safetensors``); capeval's
-            ``capeval/bridge-clip-vit-b-32`` when ``None``.
-        revision: hub revision of ``model``.
+        model: hub id or local folder of a BRIDGE model (``config.json`` + ``model.safetensors``); the family's
+            default model (capeval's BRIDGE on CLIP ViT-B/32) when ``None``.
+        revision: hub revision of ``model``; capeval's pinned revision for known models when ``None``.
         device, precision, chunk_size: as every capeval scorer.
         batch_size: images per forward pass (texts use ``text_batch_size``, BLIP ``caption_batch_size``).
         cache_dir: folder of the on-disk cache of embeddings, templates and t*; none when ``None``.
@@ -51,7 +43,7 @@ class BRIDGEScore(Scorer):
         tagger_name: name of ``tagger`` in the signature and cache keys (default: its qualified name).
     """
 
-    spec = BridgeSpec()
+    family = FAMILIES["bridge"]
 
     def __init__(
         self,
@@ -75,8 +67,8 @@ class BRIDGEScore(Scorer):
         check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size,
                              caption_batch_size=caption_batch_size, num_workers=num_workers)
         super().__init__(device, precision, chunk_size=chunk_size)
-        self.bridge = load_bridge(model if model is not None else DEFAULT_MODEL, revision, self.device, self.precision,
-                                  backbone=backbone)
+        self.bridge = load_bridge(model if model is not None else self.family.default_model, revision, self.device,
+                                  self.precision, backbone=backbone)
         templates = self.bridge.config.templates
         if captioner is not None:
             templates = dataclasses.replace(templates, captioner=str(captioner), captioner_revision=None)
@@ -106,10 +98,8 @@ class BRIDGEScore(Scorer):
     def score(self, images: Iterable, candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, object]:
         """Per-item and corpus BRIDGE; ``references`` must be ``None`` (BRIDGE does not use them)."""
-        if references is not None:
-            raise InputError("BRIDGE is reference-free and does not use references; call score(images, candidates)")
         self.engine.pseudo_captions.without_chunks = 0
-        result = super().score(images, candidates)
+        result = super().score(images, candidates, references)
         count = self.engine.pseudo_captions.without_chunks
         if count:
             warnings.warn(f"{count} images have a template caption without noun chunks; their t* is the embedding of "
@@ -127,4 +117,4 @@ class BRIDGEScore(Scorer):
         pseudo = self.engine.pseudo_caption_features(chunk.images)
         cut = text_transform.truncated(texts)
         self._record_truncated([position for position, was_cut in zip(chunk.text_positions(), cut) if was_cut])
-        return {self.spec.name: functional.bridge_score(images, captions, pseudo, self.config.weight)}
+        return {self.metric_name: functional.bridge_score(images, captions, pseudo, self.config.weight)}

@@ -1,13 +1,12 @@
 """CLIP-S / RefCLIP-S and PAC-S / RefPAC-S: validated inputs -> CLIP embeddings (engine) -> per-item scores
 (:mod:`capeval.functional.clipscore`).
 
-The two metrics are one scorer with two configurations (:class:`MetricSpec`): they differ only in the backbone and
-the weight ``w``.
+The two metrics are one scorer with two families (:data:`capeval.registry.FAMILIES`): they differ only in the
+backbone (each family's default model) and the weight ``w``.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -17,29 +16,11 @@ from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
 from capeval.models.clip.loading import load_backbone
 from capeval.options import check_scorer_options
+from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
 from capeval.scorers.base import Scorer
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """What distinguishes one CLIP-based metric from another."""
-
-    name: str
-    ref_name: str
-    label: str
-    weight: float
-    default_model: str
-    accelerator_precision: str
-    """The precision the reference code runs at on a GPU (on CPU both reference codes run fp32)."""
-    prompt: str = "A photo depicts "
-
-
-CLIP_S = MetricSpec("clip_score", "ref_clip_score", "CLIP-S", 2.5, "openai/clip-vit-base-patch32", "fp16")
-PAC_S = MetricSpec("pac_score", "ref_pac_score", "PAC-S", 2.0, "capeval/pacs-clip-vit-b-32", "fp32")
-
 
 IMAGE_BATCH_SIZE = 64
 """Images per forward pass by default, on every device: the batch of clipscore.py's and pacscore's
@@ -53,7 +34,7 @@ class EmbeddingScorer(Scorer):
     """Scores captions against images (and optionally references) with a CLIP backbone.
 
     Args:
-        model: hub id or local folder of a converted CLIP model; the metric's default when ``None``.
+        model: hub id or local folder of a converted CLIP model; the family's default model when ``None``.
         revision: hub revision; the pinned default for known models when ``None``.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: images per forward pass; when ``None``, :data:`IMAGE_BATCH_SIZE` on every device.
@@ -69,7 +50,10 @@ class EmbeddingScorer(Scorer):
         progress: show progress bars.
     """
 
-    spec: ClassVar[MetricSpec]
+    weight: ClassVar[float]
+    """``w`` of the metric."""
+    prompt: ClassVar[str] = "A photo depicts "
+    """Put before every caption, as both reference codes do."""
 
     def __init__(
         self,
@@ -87,8 +71,8 @@ class EmbeddingScorer(Scorer):
     ) -> None:
         check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers)
         super().__init__(device, precision, chunk_size=chunk_size)
-        self.backbone = load_backbone(model if model is not None else self.spec.default_model, revision, self.device,
-                                      self.precision)
+        self.backbone = load_backbone(model if model is not None else self.family.default_model, revision,
+                                      self.device, self.precision)
         self.engine = ClipEmbeddingEngine(
             self.backbone, image_batch_size=batch_size or IMAGE_BATCH_SIZE,
             text_batch_size=text_batch_size or default_batch_size(self.device),
@@ -96,13 +80,13 @@ class EmbeddingScorer(Scorer):
 
     @property
     def ref_metric_name(self) -> str:
-        return self.spec.ref_name
+        """Name of the reference-based result (``ref_clip_score``), given with references."""
+        return f"ref_{self.metric_name}"
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
         backbone = self.backbone
         revision = backbone.revision if backbone.revision is not None else f"local-{backbone.fingerprint[:12]}"
-        return [("model", backbone.name), ("revision", revision), ("w", self.spec.weight),
-                ("prompt", repr(self.spec.prompt))]
+        return [("model", backbone.name), ("revision", revision), ("w", self.weight), ("prompt", repr(self.prompt))]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, self.backbone.text_transform.context_length)
@@ -118,7 +102,7 @@ class EmbeddingScorer(Scorer):
             for refs in chunk.references or ():
                 raw.extend(refs)
                 counts.append(len(refs))
-            texts = text_transform.prepare(raw, self.spec.prompt)
+            texts = text_transform.prepare(raw, self.prompt)
             text_rows = self.engine.text_features(texts)
         except BaseException:
             images.close()
@@ -127,10 +111,10 @@ class EmbeddingScorer(Scorer):
         image_features = np.stack(images.result()).astype(arithmetic)
         text_features = text_rows.astype(arithmetic)
         candidates = text_features[: len(chunk)]
-        scores = {self.spec.name: functional.clip_s(image_features, candidates, self.spec.weight)}
+        scores = {self.metric_name: functional.clip_s(image_features, candidates, self.weight)}
         if chunk.references is not None:
             cosines = functional.max_reference_cosine(candidates, text_features[len(chunk):], counts)
-            scores[self.spec.ref_name] = functional.ref_clip_s(scores[self.spec.name], cosines)
+            scores[self.ref_metric_name] = functional.ref_clip_s(scores[self.metric_name], cosines)
         cut = text_transform.truncated(texts)
         self._record_truncated([position for position, was_cut in zip(chunk.text_positions(), cut) if was_cut])
         return scores
@@ -139,10 +123,12 @@ class EmbeddingScorer(Scorer):
 class CLIPScore(EmbeddingScorer):
     """CLIP-S and RefCLIP-S (Hessel et al., 2021): w = 2.5 on OpenAI CLIP ViT-B/32."""
 
-    spec = CLIP_S
+    family = FAMILIES["clipscore"]
+    weight = 2.5
 
 
 class PACScore(EmbeddingScorer):
     """PAC-S and RefPAC-S (Sarto et al., 2023): w = 2.0 on the PAC-S fine-tuned CLIP backbones."""
 
-    spec = PAC_S
+    family = FAMILIES["pacscore"]
+    weight = 2.0

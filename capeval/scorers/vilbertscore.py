@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from capeval.models.vilbert.encoders import TextOnRegions, TextStates
 from capeval.models.vilbert.loading import LoadedVilbert, load_vilbert
 from capeval.models.vilbert.tokenization import MAX_LENGTH
 from capeval.options import check_scorer_options
+from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -39,20 +40,6 @@ TASK_RETRIEVAL_COCO = 7
 """The task token the reference uses with the 12-in-1 model (``--task 7``, RetrievalCOCO)."""
 NUM_REGIONS = 100
 """Detector boxes per image in the reference (the global mean region is added on top)."""
-
-
-@dataclass(frozen=True)
-class ViLBERTScoreSpec:
-    """Main result name, display name, the reference's accelerator precision and the default model."""
-
-    name: str
-    label: str
-    accelerator_precision: str
-    default_model: str
-
-
-VILBERTSCORE = ViLBERTScoreSpec("vilbert_f1", "ViLBERTScore", "fp32", "capeval/vilbert-multi-task")
-RESULT_NAMES = ("vilbert_precision", "vilbert_recall", "vilbert_f1")
 
 
 @dataclass(frozen=True)
@@ -67,7 +54,8 @@ class ViLBERTScore(Scorer):
     """ViLBERTScore P, R and F per item (means over the item's references) and their corpus means.
 
     Args:
-        model: hub id or local folder of a converted ViLBERT (``conversion/convert_vilbert.py``).
+        model: hub id or local folder of a converted ViLBERT (``conversion/convert_vilbert.py``); the family's
+            default model (the 12-in-1 trunk) when ``None``.
         revision: hub revision; capeval's pinned default for known models when ``None``.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: texts per forward pass.
@@ -79,16 +67,15 @@ class ViLBERTScore(Scorer):
         num_regions: detector regions each image must have (100, as the reference).
         regions: where the regions of image entries (not :class:`RegionFeatures`) come from: a
             :class:`~capeval.models.regions.extraction.RegionExtractor`, or a function from an image to
-            :class:`RegionFeatures`; by default ViLBERT's detector (``capeval/vilbert-detector-x152-fpn``, 100 boxes
-            as the reference's feature files), loaded when an image entry first needs it.
+            :class:`RegionFeatures`; by default ViLBERT's detector (``DETECTORS["x152-fpn"]``, 100 boxes as the
+            reference's feature files), loaded when an image entry first needs it.
         chunk_size: items validated and scored at a time; a chunk's text states are held together (float32,
             ``(wordpieces + 2) * hidden_size * 4`` bytes per text with a task token, ``+ 1`` without: 43 kB for 12
             wordpieces on the 12-in-1 model); with images, a chunk's distinct images are detected together.
         progress: show a progress bar of the texts encoded.
     """
 
-    spec: ClassVar[ViLBERTScoreSpec] = VILBERTSCORE
-    references_required = True
+    family = FAMILIES["vilbertscore"]
 
     def __init__(
         self,
@@ -108,8 +95,8 @@ class ViLBERTScore(Scorer):
     ) -> None:
         check_scorer_options(batch_size=batch_size, num_regions=num_regions)
         super().__init__(device, precision, chunk_size=chunk_size)
-        self.vilbert: LoadedVilbert = load_vilbert(model if model is not None else self.spec.default_model, revision,
-                                                   self.device, self.precision)
+        self.vilbert: LoadedVilbert = load_vilbert(model if model is not None else self.family.default_model,
+                                                   revision, self.device, self.precision)
         config = self.vilbert.model.config
         if not -len(config.t_biattention_id) <= layer < len(config.t_biattention_id):
             raise ValueError(f"layer must index one of the {len(config.t_biattention_id)} co-attention blocks")
@@ -188,7 +175,7 @@ class ViLBERTScore(Scorer):
                                   validate_image_entry=self._validate_entry)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
-        assert chunk.references is not None  # references_required
+        assert chunk.references is not None  # references are required
         texts_in_order = [*chunk.candidates, *(ref for refs in chunk.references for ref in refs)]
         distinct_texts = list(dict.fromkeys(texts_in_order))
         input_ids, attention_mask, truncated = self.vilbert.tokenizer.encode(distinct_texts)
@@ -213,7 +200,7 @@ class ViLBERTScore(Scorer):
             states = {text: next(rows).reshape(-1, hidden) for text in texts}
             self._match(chunk, items_of_image[image], states, attention_mask, text_row, results)
         self._keyed.clear()
-        return dict(zip(RESULT_NAMES, results))
+        return dict(zip(self.family.result_keys, results))
 
     def _match(self, chunk: ScoringItems, items: List[int], states: Dict[str, np.ndarray], attention_mask: np.ndarray,
                text_row: Dict[str, int], results: np.ndarray) -> None:

@@ -16,7 +16,7 @@ from _models import random_vit_b32_openai
 from _throughput.context import ChildContext, measured
 from _throughput.workloads import WARM_UP_CAPTION, Workload, warm_up_image
 from capeval.functional.clipscore import clip_s
-from capeval.scorers.clipscore import CLIP_S
+from capeval.scorers.clipscore import CLIPScore
 
 
 def _reference_style_parts(model_dir: Path) -> tuple:
@@ -53,9 +53,9 @@ def run_per_pair(context: ChildContext, workload: Workload) -> Dict[str, Any]:
     model, transform, tokenize = _reference_style_parts(context.model_dir)
 
     def pair_score(image: Image.Image, caption: str) -> float:
-        images, texts = _encode(model, transform(image).unsqueeze(0), tokenize([CLIP_S.prompt + caption],
+        images, texts = _encode(model, transform(image).unsqueeze(0), tokenize([CLIPScore.prompt + caption],
                                                                                  truncate=True))
-        return float(clip_s(images, texts, CLIP_S.weight)[0])
+        return float(clip_s(images, texts, CLIPScore.weight)[0])
 
     pair_score(warm_up_image(), WARM_UP_CAPTION)
     load_seconds = time.perf_counter() - start
@@ -85,7 +85,7 @@ class _PathDataset(torch.utils.data.Dataset):
             return self.transform(image)
 
 
-def _reference_clip_s(images: np.ndarray, candidates: np.ndarray, weight: float = CLIP_S.weight) -> np.ndarray:
+def _reference_clip_s(images: np.ndarray, candidates: np.ndarray, weight: float = CLIPScore.weight) -> np.ndarray:
     """``clipscore.py``'s ``get_clip_score`` arithmetic (NumPy >= 1.21 branch), in the features' own dtype."""
     images = images / np.sqrt(np.sum(images ** 2, axis=1, keepdims=True))
     candidates = candidates / np.sqrt(np.sum(candidates ** 2, axis=1, keepdims=True))
@@ -102,7 +102,7 @@ class _TokenisedCaptions(torch.utils.data.Dataset):
         return len(self.captions)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        return self.tokenize(CLIP_S.prompt + self.captions[index], truncate=True).squeeze()
+        return self.tokenize(CLIPScore.prompt + self.captions[index], truncate=True).squeeze()
 
 
 def run_reference_batched(context: ChildContext, workload: Workload) -> Dict[str, Any]:
@@ -122,7 +122,7 @@ def run_reference_batched(context: ChildContext, workload: Workload) -> Dict[str
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     with torch.no_grad():
         model.encode_image(transform(warm_up_image()).unsqueeze(0).to(device).to(dtype))
-        model.encode_text(tokenize([CLIP_S.prompt + WARM_UP_CAPTION]).to(device))
+        model.encode_text(tokenize([CLIPScore.prompt + WARM_UP_CAPTION]).to(device))
     load_seconds = time.perf_counter() - start
 
     def score() -> float:

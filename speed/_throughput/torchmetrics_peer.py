@@ -10,7 +10,7 @@ from PIL import Image
 from _measurement import timed
 from _throughput.context import ChildContext, measured
 from _throughput.workloads import WARM_UP_CAPTION, Workload, warm_up_image
-from capeval.scorers.clipscore import CLIP_S
+from capeval.scorers.clipscore import CLIPScore
 
 
 class _TensorFeatures(torch.nn.Module):
@@ -46,14 +46,14 @@ def run_torchmetrics(context: ChildContext, workload: Workload, batch_size: int 
 
     start = time.perf_counter()
     metric = TorchmetricsCLIPScore(model_name_or_path=model_and_processor).to(context.device)
-    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIP_S.prompt + WARM_UP_CAPTION])
+    metric.update([pil_to_tensor(warm_up_image()).to(context.device)], [CLIPScore.prompt + WARM_UP_CAPTION])
     metric.reset()
     load_seconds = time.perf_counter() - start
 
     def score() -> float:
         for first in range(0, len(workload), batch_size):
             images = [load(path) for path in workload.images[first:first + batch_size]]
-            metric.update(images, [CLIP_S.prompt + text for text in workload.candidates[first:first + batch_size]])
+            metric.update(images, [CLIPScore.prompt + text for text in workload.candidates[first:first + batch_size]])
         return float(metric.compute())
 
     return measured(timed(score), load_seconds)

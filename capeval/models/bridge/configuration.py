@@ -2,20 +2,19 @@
 trained weights and recorded in the result signature."""
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Optional
+
+from capeval.configuration import JsonConfig
 
 DEFAULT_GRAMMAR = "NP: {<DT>?<JJ.*>*<NN.*>+}"
 """Noun chunk grammar (NLTK ``RegexpParser``): optional determiner, adjectives, one or more nouns."""
 
-CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass(frozen=True)
-class TemplateConfig:
+class TemplateConfig(JsonConfig):
     """How template captions are made (every field is recorded in the result signature)."""
 
     captioner: str = "Salesforce/blip-image-captioning-large"
@@ -39,12 +38,9 @@ class TemplateConfig:
         return {"num_beams": self.num_beams, "max_length": self.max_length, "min_length": self.min_length,
                 "repetition_penalty": self.repetition_penalty}
 
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class BridgeConfig:
+class BridgeConfig(JsonConfig):
     """Architecture and scoring settings of one BRIDGE model.
 
     Stated by the paper: frozen CLIP; grid = last-layer features of every vision token; linear ``f_c`` to the text
@@ -52,6 +48,8 @@ class BridgeConfig:
     grid); unit size 3; ``C = Linear(ReLU(Linear))``; BRIDGE = 0.5 * (CLIP-S + w * max(cos(t*, t), 0)). The other
     fields are choices documented in the model card.
     """
+
+    sort_keys: ClassVar[bool] = True
 
     backbone: str = "openai/clip-vit-base-patch32"
     """Frozen CLIP backbone (hub id or local folder of a converted CLIP model)."""
@@ -78,26 +76,3 @@ class BridgeConfig:
     prompt: str = "A photo depicts "
     """Prompt before candidate captions, as capeval's CLIP-S."""
     templates: TemplateConfig = field(default_factory=TemplateConfig)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "BridgeConfig":
-        known = {item.name for item in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown BRIDGE config fields: {', '.join(unknown)}")
-        values = dict(data)
-        if "templates" in values:
-            values["templates"] = TemplateConfig(**values["templates"])
-        return cls(**values)
-
-    def save(self, folder: Union[str, Path]) -> Path:
-        path = Path(folder) / CONFIG_NAME
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return path
-
-    @classmethod
-    def load(cls, folder: Union[str, Path]) -> "BridgeConfig":
-        return cls.from_dict(json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8")))

@@ -9,14 +9,12 @@ from typing import Optional, Union
 
 from safetensors.torch import load_file, save_file
 
+from capeval.configuration import CONFIG_NAME
 from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.bridge.configuration import CONFIG_NAME, WEIGHTS_NAME, BridgeConfig
+from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.runtime import DeviceLike, resolve_device
-
-DEFAULT_MODEL = "capeval/bridge-clip-vit-b-32"
-"""capeval's BRIDGE on OpenAI CLIP ViT-B/32 (trained by capeval: the paper's authors released no weights)."""
 
 
 @dataclass(frozen=True)
@@ -42,9 +40,10 @@ def save_bridge(model: BridgeModel, folder: Union[str, Path]) -> Path:
     return folder
 
 
-def load_bridge(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None, device: DeviceLike = None,
+def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceLike = None,
                 precision: str = "fp32", backbone: Optional[ModelRef] = None) -> LoadedBridge:
-    """Load a BRIDGE model; its CLIP backbone is the one its config names, or ``backbone`` (a local copy of it)."""
+    """Load a BRIDGE model (a hub id, at ``revision`` or else capeval's pinned one, or a local folder); its CLIP
+    backbone is the one its config names, or ``backbone`` (a local copy of it)."""
     name = str(model)
     revision = pinned_revision(name, revision)
     folder = resolve_model_folder(name, revision, [CONFIG_NAME, WEIGHTS_NAME], "capeval train bridge")

@@ -1,31 +1,29 @@
 """Configurations of the region detectors and of how their regions are extracted.
 
 - :class:`BottomUpConfig`: the bottom-up attention detector (Anderson et al., 2018) for TIGEr: Faster R-CNN,
-  ResNet-101 C4, Visual Genome 1,600 objects and 400 attributes, read from the ``config.yaml`` published beside the
-  weights in ``unc-nlp/frcnn-vg-finetuned`` (:meth:`BottomUpConfig.from_reference_yaml`).
+  ResNet-101 C4, Visual Genome 1,600 objects and 400 attributes, as the ``config.yaml`` published beside the
+  weights in ``unc-nlp/frcnn-vg-finetuned`` states it.
 - :class:`X152FpnConfig`: the detector released with vilbert-multi-task for ViLBERT (12-in-1) and ViLBERTScore:
-  Faster R-CNN, ResNeXt-152 32x8d FPN, 2-MLP box head, Visual Genome 1,600 objects, read from its maskrcnn-benchmark
-  ``detectron_config.yaml`` (:meth:`X152FpnConfig.from_reference_yaml`).
+  Faster R-CNN, ResNeXt-152 32x8d FPN, 2-MLP box head, Visual Genome 1,600 objects, as its maskrcnn-benchmark
+  ``detectron_config.yaml`` states it.
 
-Both are written to / read from capeval's ``config.json``. The extraction settings of the original feature files are
-separate: :class:`ExtractionSettings`.
+Both are written to / read from capeval's ``config.json``; ``conversion/convert_regions.py`` reads the original yaml
+files. The extraction settings of the original feature files are separate: :class:`ExtractionSettings`.
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple, Type, TypeVar, Union
+from dataclasses import asdict, dataclass
+from typing import ClassVar, Dict, Tuple
+
+from capeval.configuration import JsonConfig
 
 RESNET_BLOCKS: Dict[int, Tuple[int, int, int, int]] = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 """Bottleneck blocks in res2, res3, res4 and res5 per ResNet depth."""
 
-_Config = TypeVar("_Config", bound="ResNetConfig")
-
 
 @dataclass(frozen=True)
-class ResNetConfig:
+class ResNetConfig(JsonConfig):
     """Backbone and input constants every detector has; subclasses add their heads and test-time settings."""
 
     depth: int = 101  # RESNETS.DEPTH / BACKBONE.CONV_BODY
@@ -41,24 +39,6 @@ class ResNetConfig:
     min_size_test: int = 600  # INPUT.MIN_SIZE_TEST
     max_size_test: int = 1000  # INPUT.MAX_SIZE_TEST
     size_divisibility: int = 0  # DATALOADER.SIZE_DIVISIBILITY: zero padding of the input to a multiple (0: none)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls: Type[_Config], values: Mapping[str, Any]) -> _Config:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
-        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
-
-    def save(self, path: Union[str, Path]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls: Type[_Config], path: Union[str, Path]) -> _Config:
-        return cls.from_dict(json.loads(Path(path).read_text()))
 
 
 @dataclass(frozen=True)
@@ -81,7 +61,7 @@ class BottomUpConfig(ResNetConfig):
     num_attributes: int = 400  # ROI_BOX_HEAD.NUM_ATTRS (+1 "no attribute", stored last)
     box_weights: Tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)  # ROI_BOX_HEAD.BBOX_REG_WEIGHTS
     detection_nms_threshold: float = 0.6  # ROI_HEADS.NMS_THRESH_TEST (the LXMERT port's selection only)
-    model_type: str = field(default="bottom-up-frcnn", repr=False)
+    model_type: ClassVar[str] = "bottom-up-frcnn"
 
     @property
     def res4_channels(self) -> int:
@@ -95,51 +75,6 @@ class BottomUpConfig(ResNetConfig):
     @property
     def num_anchors(self) -> int:
         return len(self.anchor_sizes) * len(self.anchor_aspect_ratios)
-
-    @classmethod
-    def from_reference_yaml(cls, config: Mapping[str, Any]) -> "BottomUpConfig":
-        """The fields of the parsed ``config.yaml`` of ``unc-nlp/frcnn-vg-finetuned``, whose sections (RESNETS,
-        RPN, ROI_HEADS, ...) sit at the top level beside MODEL and INPUT; a missing key is an error."""
-        resnets, rpn, generator = config["RESNETS"], config["RPN"], config["PROPOSAL_GENERATOR"]
-        anchors, roi_heads, box_head = config["ANCHOR_GENERATOR"], config["ROI_HEADS"], config["ROI_BOX_HEAD"]
-        model = config["MODEL"]
-        if list(rpn["IN_FEATURES"]) != ["res4"] or list(resnets["OUT_FEATURES"]) != ["res4"]:
-            raise ValueError("only the C4 layout (RPN and RoI pooling on res4) is supported")
-        if resnets["NORM"] not in ("BN", "FrozenBN"):
-            raise ValueError(f"RESNETS.NORM {resnets['NORM']!r} is not a (frozen) batch norm")
-        if resnets["RES5_DILATION"] != 1 or box_head["CLS_AGNOSTIC_BBOX_REG"] or not box_head["ATTR"]:
-            raise ValueError("RES5_DILATION 1, class-specific box regression and the attribute head are the "
-                             "supported layout")
-        if len(anchors["SIZES"]) != 1 or len(anchors["ASPECT_RATIOS"]) != 1:
-            raise ValueError("one feature map (res4) takes one list of anchor sizes and aspect ratios")
-        return cls(
-            depth=int(resnets["DEPTH"]),
-            stem_out_channels=int(resnets["STEM_OUT_CHANNELS"]),
-            res2_out_channels=int(resnets["RES2_OUT_CHANNELS"]),
-            num_groups=int(resnets["NUM_GROUPS"]),
-            bottleneck_channels=int(resnets["NUM_GROUPS"]) * int(resnets["WIDTH_PER_GROUP"]),
-            stride_in_1x1=bool(resnets["STRIDE_IN_1X1"]),
-            caffe_maxpool=bool(model["MAX_POOL"]),
-            rpn_hidden_channels=int(generator["HIDDEN_CHANNELS"]),
-            anchor_sizes=tuple(float(s) for s in anchors["SIZES"][0]),
-            anchor_aspect_ratios=tuple(float(r) for r in anchors["ASPECT_RATIOS"][0]),
-            anchor_offset=float(anchors["OFFSET"]),
-            rpn_box_weights=tuple(float(w) for w in rpn["BBOX_REG_WEIGHTS"]),  # type: ignore[arg-type]
-            rpn_pre_nms_topk=int(rpn["PRE_NMS_TOPK_TEST"]),
-            rpn_post_nms_topk=int(rpn["POST_NMS_TOPK_TEST"]),
-            rpn_nms_threshold=float(rpn["NMS_THRESH"]),
-            rpn_min_box_size=float(generator["MIN_SIZE"]),
-            pooler_resolution=int(box_head["POOLER_RESOLUTION"]),
-            res5_halve=bool(box_head["RES5HALVE"]),
-            num_classes=int(roi_heads["NUM_CLASSES"]),
-            num_attributes=int(box_head["NUM_ATTRS"]),
-            box_weights=tuple(float(w) for w in box_head["BBOX_REG_WEIGHTS"]),  # type: ignore[arg-type]
-            detection_nms_threshold=float(roi_heads["NMS_THRESH_TEST"]),
-            pixel_mean=tuple(float(m) for m in model["PIXEL_MEAN"]),  # type: ignore[arg-type]
-            pixel_std=tuple(float(s) for s in model["PIXEL_STD"]),  # type: ignore[arg-type]
-            min_size_test=int(config["INPUT"]["MIN_SIZE_TEST"]),
-            max_size_test=int(config["INPUT"]["MAX_SIZE_TEST"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -174,7 +109,7 @@ class X152FpnConfig(ResNetConfig):
     mlp_head_dim: int = 2048  # ROI_BOX_HEAD.MLP_HEAD_DIM: width of fc6, fc7 and the region feature
     num_classes: int = 1601  # ROI_BOX_HEAD.NUM_CLASSES, background (class 0) included
     feature_after_relu: bool = True  # the "fc6" feature is ReLU(fc6(x)), as FPN2MLPFeatureExtractor computes it
-    model_type: str = field(default="x152-fpn-frcnn", repr=False)
+    model_type: ClassVar[str] = "x152-fpn-frcnn"
 
     @property
     def num_anchors(self) -> int:
@@ -186,57 +121,6 @@ class X152FpnConfig(ResNetConfig):
         """Width of the region feature (fc6): 2048 for the released model."""
         return self.mlp_head_dim
 
-    @classmethod
-    def from_reference_yaml(cls, config: Mapping[str, Any]) -> "X152FpnConfig":
-        """The network fields of a parsed maskrcnn-benchmark yaml (its ``MODEL`` section); a key the yaml leaves
-        out keeps maskrcnn-benchmark's default. Tuples may be written as yacs strings such as ``"(4, 8, 16)"``.
-        Layouts other than a ResNe(X)t FPN with the 2-MLP box head and class-specific FPN predictor are refused.
-        The input constants (BGR means, 800 / 1333, padding to 32) are not read: ``script/extract_features.py``
-        hard-codes them and feeds the network directly, bypassing the yaml's INPUT transforms."""
-        model = config["MODEL"]
-        backbone, resnets = model.get("BACKBONE", {}), model.get("RESNETS", {})
-        rpn, roi_heads, box_head = model.get("RPN", {}), model.get("ROI_HEADS", {}), model.get("ROI_BOX_HEAD", {})
-        body = str(backbone.get("CONV_BODY", ""))
-        depth = body[2:-4] if body.startswith("R-") and body.endswith("-FPN") else ""
-        if not depth.isdigit() or int(depth) not in RESNET_BLOCKS:
-            raise ValueError(f"BACKBONE.CONV_BODY {body!r} is not a ResNet/ResNeXt FPN body (R-50/101/152-FPN)")
-        if not (rpn.get("USE_FPN") and roi_heads.get("USE_FPN")):
-            raise ValueError("RPN.USE_FPN and ROI_HEADS.USE_FPN must be set: this is the FPN detector")
-        expected = {"FEATURE_EXTRACTOR": "FPN2MLPFeatureExtractor", "PREDICTOR": "FPNPredictor"}
-        if any(box_head.get(key) != value for key, value in expected.items()) or \
-                model.get("CLS_AGNOSTIC_BBOX_REG") or model.get("RPN_ONLY") or model.get("MASK_ON"):
-            raise ValueError(f"the box head must be {expected} without class-agnostic regression, masks or RPN-only")
-        if model.get("FPN", {}).get("USE_GN") or model.get("FPN", {}).get("USE_RELU") or box_head.get("USE_GN"):
-            raise ValueError("FPN / box head group norm or ReLU variants are not the released layout")
-        if resnets.get("RES5_DILATION", 1) != 1 or resnets.get("TRANS_FUNC", "BottleneckWithFixedBatchNorm") != \
-                "BottleneckWithFixedBatchNorm" or resnets.get("STEM_FUNC", "StemWithFixedBatchNorm") != \
-                "StemWithFixedBatchNorm" or any(_tuple(resnets.get("STAGE_WITH_DCN", ()))):
-            raise ValueError("only frozen-batch-norm bottlenecks without dilation or deformable convs are supported")
-        groups = int(resnets.get("NUM_GROUPS", 1))
-        fpn_channels = backbone.get("OUT_CHANNELS", resnets.get("BACKBONE_OUT_CHANNELS", 256))
-        return cls(
-            depth=int(depth),
-            stem_out_channels=int(resnets.get("STEM_OUT_CHANNELS", 64)),
-            res2_out_channels=int(resnets.get("RES2_OUT_CHANNELS", 256)),
-            num_groups=groups,
-            bottleneck_channels=groups * int(resnets.get("WIDTH_PER_GROUP", 64)),
-            stride_in_1x1=bool(resnets.get("STRIDE_IN_1X1", True)),
-            fpn_channels=int(fpn_channels),
-            anchor_sizes=tuple(float(s) for s in _tuple(rpn.get("ANCHOR_SIZES", cls.anchor_sizes))),
-            anchor_strides=tuple(int(s) for s in _tuple(rpn.get("ANCHOR_STRIDE", cls.anchor_strides))),
-            anchor_aspect_ratios=tuple(float(r) for r in _tuple(rpn.get("ASPECT_RATIOS", cls.anchor_aspect_ratios))),
-            rpn_pre_nms_topk=int(rpn.get("PRE_NMS_TOP_N_TEST", 6000)),
-            rpn_post_nms_topk=int(rpn.get("POST_NMS_TOP_N_TEST", 1000)),
-            rpn_fpn_post_nms_topk=int(rpn.get("FPN_POST_NMS_TOP_N_TEST", 2000)),
-            rpn_nms_threshold=float(rpn.get("NMS_THRESH", 0.7)),
-            rpn_min_box_size=float(rpn.get("MIN_SIZE", 0)),
-            pooler_resolution=int(box_head.get("POOLER_RESOLUTION", 14)),
-            pooler_scales=tuple(float(s) for s in _tuple(box_head.get("POOLER_SCALES", (1.0 / 16,)))),
-            pooler_sampling_ratio=int(box_head.get("POOLER_SAMPLING_RATIO", 0)),
-            mlp_head_dim=int(box_head.get("MLP_HEAD_DIM", 1024)),
-            num_classes=int(box_head.get("NUM_CLASSES", 81)),
-        )
-
     def __post_init__(self) -> None:
         if len(self.anchor_sizes) != len(self.anchor_strides):
             raise ValueError("the FPN RPN takes one anchor size per anchor stride (level)")
@@ -246,15 +130,6 @@ class X152FpnConfig(ResNetConfig):
             raise ValueError(f"pooler scales {self.pooler_scales} are not consecutive powers of 1/2")
         if [int(round(1 / s)) for s in self.pooler_scales] != list(self.anchor_strides[:len(self.pooler_scales)]):
             raise ValueError("the pooled levels must be the first RPN levels (P2-P5 of P2-P6)")
-
-
-def _tuple(value: Any) -> Tuple[Any, ...]:
-    """A yacs-style value as a tuple: yaml lists, or strings such as ``"(0.5, 1.0, 2.0)"``."""
-    if isinstance(value, str):
-        import ast
-
-        value = ast.literal_eval(value)
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
 PREPROCESSING_MODES = ("caffe", "lxmert")

@@ -1,36 +1,48 @@
-"""The region detectors capeval knows, by name: what a metric or ``capeval regions --detector NAME`` loads.
+"""The region detectors capeval knows, by name (what a metric or ``capeval regions --detector NAME`` loads), and
+their loading from a converted folder (``model.safetensors`` + ``config.json``) or hub id.
 
-Each :class:`DetectorSpec` holds the default hub id of the converted weights, the config and model classes, and the
-extraction settings of the original feature files; :meth:`DetectorSpec.load` loads lazily (nothing is read before
-a metric asks for regions). ``"bottom-up"`` serves TIGEr, ``"x152-fpn"`` ViLBERTScore.
+Each :class:`DetectorSpec` holds the config and model classes and the extraction settings of the original feature
+files; its default weights are the registry's (:data:`capeval.registry.MODELS`, ``detector:<name>``), loaded at
+their pinned revision. :meth:`DetectorSpec.load` loads lazily (nothing is read, and torch is not imported, before a
+metric asks for regions). ``"bottom-up"`` serves TIGEr, ``"x152-fpn"`` ViLBERTScore.
 """
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
+from capeval.configuration import CONFIG_NAME
+from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
+from capeval.registry import default_model
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+WEIGHTS_NAME = "model.safetensors"
+
 
 @dataclass(frozen=True)
 class DetectorSpec:
-    """One detector: where its converted weights live and how its original feature files were extracted."""
+    """One detector: its classes, its default weights and how its original feature files were extracted."""
 
     name: str
-    hub_id: str
     config_class: Type[ResNetConfig]
     model_path: str
     """``module:Class`` of the detector, imported on first use (so that naming detectors imports no torch)."""
     settings: ExtractionSettings
     cpu_seconds_per_image: float
     """Rough CPU cost of the full-size detector per image on 2 cores (shown by ``capeval regions`` on CPU)."""
+
+    @property
+    def hub_id(self) -> str:
+        """Hub id of the converted weights loaded by default."""
+        return default_model(f"detector:{self.name}")
 
     def model_class(self) -> "Type[nn.Module]":
         """The detector's torch module class (imported now)."""
@@ -40,26 +52,42 @@ class DetectorSpec:
     def load(self, model: Union[str, Path, None] = None, revision: Optional[str] = None,
              device: Union[str, "torch.device", None] = None) -> "nn.Module":
         """The detector from ``model`` (a hub id or local folder; this detector's hub id by default)."""
-        from capeval.models.regions.loading import load_detector
-
-        return load_detector(self.hub_id if model is None else model, revision=revision, device=device,
-                             expected=self)
+        return load_detector(self.hub_id if model is None else model, revision=revision, device=device, expected=self)
 
 
 DETECTORS: Dict[str, DetectorSpec] = {
-    "bottom-up": DetectorSpec("bottom-up", "capeval/bottom-up-frcnn-r101-vg", BottomUpConfig,
-                              "capeval.models.regions.modeling_bottom_up:BottomUpDetector", ExtractionSettings(),
-                              cpu_seconds_per_image=50),
-    "x152-fpn": DetectorSpec("x152-fpn", "capeval/vilbert-detector-x152-fpn", X152FpnConfig,
-                             "capeval.models.regions.modeling_x152_fpn:X152FpnDetector", VILBERT,
-                             cpu_seconds_per_image=100),
+    "bottom-up": DetectorSpec("bottom-up", BottomUpConfig, "capeval.models.regions.modeling_bottom_up:BottomUpDetector",
+                              ExtractionSettings(), cpu_seconds_per_image=50),
+    "x152-fpn": DetectorSpec("x152-fpn", X152FpnConfig, "capeval.models.regions.modeling_x152_fpn:X152FpnDetector",
+                             VILBERT, cpu_seconds_per_image=100),
 }
 
 
 def spec_for_model_type(model_type: str) -> DetectorSpec:
     """The detector whose ``config.json`` carries ``model_type``."""
     for spec in DETECTORS.values():
-        if spec.config_class.__dataclass_fields__["model_type"].default == model_type:
+        if spec.config_class.model_type == model_type:
             return spec
     raise ValueError(f"config.json model_type {model_type!r} is not a known region detector "
                      f"({', '.join(DETECTORS)})")
+
+
+def load_detector(model: Union[str, Path], revision: Optional[str] = None,
+                  device: Union[str, "torch.device", None] = None,
+                  expected: Optional[DetectorSpec] = None) -> "nn.Module":
+    """The detector in eval mode on ``device`` (CPU by default), from a hub id (at ``revision``, else capeval's pinned
+    one) or a local folder; the config's ``model_type`` says which detector it is, and every checkpoint tensor must
+    match a parameter. With ``expected``, a folder holding another detector is refused."""
+    from safetensors.torch import load_file
+
+    revision = pinned_revision(str(model), revision)
+    folder = resolve_model_folder(str(model), revision, (CONFIG_NAME, WEIGHTS_NAME), "conversion/convert_regions.py")
+    values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
+    if expected is not None and spec.name != expected.name:
+        raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
+    detector = spec.model_class()(spec.config_class.from_dict(values))
+    detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
+    detector.fingerprint = folder_fingerprint(folder)
+    detector.revision = revision
+    return detector.to(device or "cpu").eval()

@@ -12,7 +12,7 @@ regions are kept is decided by :mod:`capeval.models.regions.postprocessing`.
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -67,6 +67,8 @@ class BottomUpDetector(nn.Module):
         self.config = config
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
+        self.revision: Optional[str] = None
+        """Hub revision it was loaded at (``None``: a local folder); set by ``load_detector``."""
         self.backbone = Backbone(config, num_stages=3)
         self.rpn = RegionProposalHead(config.res4_channels, config.rpn_hidden_channels, config.num_anchors)
         dilation = 1 if config.res5_halve else 2

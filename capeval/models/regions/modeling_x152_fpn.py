@@ -15,7 +15,7 @@ RoIAlign (``roi_align(aligned=False)``), then the two-MLP box head: fc6 + ReLU, 
 from __future__ import annotations
 
 import math
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -102,6 +102,8 @@ class X152FpnDetector(nn.Module):
         self.config = config
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
+        self.revision: Optional[str] = None
+        """Hub revision it was loaded at (``None``: a local folder); set by ``load_detector``."""
         self.backbone = Backbone(config, num_stages=4)
         self.fpn = FeaturePyramid([config.res2_out_channels * 2 ** index for index in range(4)], config.fpn_channels)
         self.rpn = RegionProposalHead(config.fpn_channels, config.fpn_channels, config.num_anchors)

@@ -8,13 +8,10 @@ that a converted folder says which model it holds, and only the t2i / LogSumExp 
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import Any, Dict, Union
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict
 
-CONFIG_NAME = "config.json"
-MODEL_TYPE = "scan"
+from capeval.configuration import JsonConfig
 
 SUPPORTED_OPTIONS: Dict[str, Any] = {
     "cross_attn": "t2i",
@@ -29,7 +26,7 @@ SUPPORTED_OPTIONS: Dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class ScanConfig:
+class ScanConfig(JsonConfig):
     """Dimensions and options of a SCAN model (names as in SCAN's ``train.py``).
 
     ``vocab_size`` rows of ``word_dim``-d word embeddings feed a ``num_layers``-layer bidirectional GRU with
@@ -37,6 +34,9 @@ class ScanConfig:
     ``lambda_softmax`` is the inverse temperature of the attention softmax over words (TIGEr reads it from the
     training options, 9 for the published model).
     """
+
+    model_type: ClassVar[str] = "scan"
+    sort_keys: ClassVar[bool] = True
 
     vocab_size: int
     word_dim: int = 300
@@ -63,27 +63,3 @@ class ScanConfig:
         if unsupported:
             raise ValueError(f"SCAN config: options {unsupported} are not implemented; capeval implements "
                              f"{SUPPORTED_OPTIONS} (the TIGEr grounding model)")
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"model_type": MODEL_TYPE, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, values: Dict[str, Any]) -> "ScanConfig":
-        values = dict(values)
-        model_type = values.pop("model_type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ValueError(f"config has model_type {model_type!r}, expected {MODEL_TYPE!r}")
-        known = {field.name for field in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"SCAN config: unknown fields {unknown}")
-        return cls(**values)
-
-    def save(self, folder: Union[str, Path]) -> Path:
-        path = Path(folder) / CONFIG_NAME
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-        return path
-
-    @classmethod
-    def load(cls, folder: Union[str, Path]) -> "ScanConfig":
-        return cls.from_dict(json.loads((Path(folder) / CONFIG_NAME).read_text()))

@@ -12,15 +12,15 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from safetensors.torch import load_file
 
+from capeval.configuration import CONFIG_NAME
 from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.scan.configuration import CONFIG_NAME, ScanConfig
+from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
 from capeval.runtime import DeviceLike, resolve_device
 
 ModelRef = Union[str, "os.PathLike[str]"]
 WEIGHTS_NAME = "model.safetensors"
-DEFAULT_MODEL = "capeval/tiger-scan-coco"
 HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
 
 
@@ -63,9 +63,10 @@ _CACHE: Dict[Tuple[str, Optional[str], str], LoadedScan] = {}
 _LOCK = threading.Lock()
 
 
-def load_scan(model: ModelRef = DEFAULT_MODEL, revision: Optional[str] = None, device: DeviceLike = None,
+def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLike = None,
               punkt=None) -> LoadedScan:
-    """Load (or reuse) a SCAN model and its tokenizer; ``device`` defaults to Accelerate's process device.
+    """Load (or reuse) a SCAN model and its tokenizer from a hub id (at ``revision``, else capeval's pinned one) or a
+    local folder; ``device`` defaults to Accelerate's process device.
 
     ``punkt`` are NLTK Punkt parameters for the tokenizer (default: the installed English ``punkt_tab``)."""
     name = str(model)

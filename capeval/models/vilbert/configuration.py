@@ -2,36 +2,25 @@
 
 Field names are the original ones (``bert_base_6layer_6conect.json``), so a converted ``config.json`` reads like the
 original file. Training-only fields (dropout rates, initialiser ranges, target sizes of the pre-training heads) are
-not kept: the metric runs the model in eval mode, where dropout is the identity.
+not kept: the metric runs the model in eval mode, where dropout is the identity. ``conversion/convert_vilbert.py``
+reads the original files.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
-from typing import Any, List, Mapping, Union
+from dataclasses import dataclass, field
+from typing import List
+
+from capeval.configuration import JsonConfig
 
 ACTIVATIONS = ("gelu", "relu", "swish")
 """``hidden_act`` values of the original ``ACT2FN`` table."""
-
-TRAINING_ONLY_FIELDS = frozenset({
-    "attention_probs_dropout_prob", "hidden_dropout_prob", "v_attention_probs_dropout_prob", "v_hidden_dropout_prob",
-    "initializer_range", "v_initializer_range", "v_target_size", "visual_target", "predict_feature",
-    "bi_intermediate_size", "bi_attention_type", "pooling_method", "fusion_method", "objective", "num_negative",
-    "visualization", "fixed_t_layer", "fixed_v_layer", "model",
-})
-"""Original fields that do not change the eval-mode text output (dropout, initialisation, heads, layer freezing,
-attention logging; ``model`` must be ``"bert"``, checked on reading)."""
-
-UNSUPPORTED_FLAGS = {"dynamic_attention": False, "fast_mode": False, "in_batch_pairs": False, "with_coattention": True}
-"""Original switches that change the forward pass; only the values every released checkpoint uses are implemented."""
 
 MAX_TASK_TOKENS = 20
 """Rows of the original ``task_embeddings`` table (``nn.Embedding(20, hidden_size)``)."""
 
 
 @dataclass
-class VilbertConfig:
+class VilbertConfig(JsonConfig):
     """Shape of the ViLBERT trunk: a BERT text stream, a visual stream and co-attention ("connection") blocks.
 
     Connection block ``k`` runs after text layers ``[.., t_biattention_id[k])`` and visual layers
@@ -87,33 +76,3 @@ class VilbertConfig:
     def num_visual_layers_used(self) -> int:
         """Visual layers that run before the last connection block."""
         return self.v_biattention_id[-1]
-
-    @classmethod
-    def from_original(cls, original: Mapping[str, Any], *, task_specific_tokens: bool) -> "VilbertConfig":
-        """From an original ``BertConfig`` JSON dict; ``task_specific_tokens`` is not in those files (the scripts
-        set it: True for ``multi_task_model.bin``, False for ``pretrained_model.bin``)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(original) - known - TRAINING_ONLY_FIELDS - set(UNSUPPORTED_FLAGS))
-        if unknown:
-            raise ValueError(f"unknown ViLBERT config fields: {unknown}")
-        if original.get("model", "bert") != "bert":
-            raise ValueError(f"only the BERT text stream is supported, got model={original['model']!r}")
-        for flag, supported in UNSUPPORTED_FLAGS.items():
-            if original.get(flag, supported) != supported:
-                raise ValueError(f"{flag}={original[flag]!r} is not supported (released checkpoints use {supported})")
-        values = {key: value for key, value in original.items() if key in known}
-        missing = sorted(known - set(values) - {"task_specific_tokens", "layer_norm_eps"})
-        if missing:  # the original would fall back to its constructor defaults, which differ from the released files
-            raise ValueError(f"ViLBERT config lacks fields: {missing}")
-        values["task_specific_tokens"] = task_specific_tokens
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def save(self, path: Union[str, Path]) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: Union[str, Path]) -> "VilbertConfig":
-        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))

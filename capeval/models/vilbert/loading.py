@@ -12,14 +12,15 @@ from typing import Dict, Optional, Tuple, Union
 import torch
 from safetensors.torch import load_file
 
+from capeval.configuration import CONFIG_NAME
 from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
 from capeval.runtime import precision_dtype
 
-CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE = "config.json", "model.safetensors", "vocab.txt"
-MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, VOCAB_FILE)
+WEIGHTS_FILE, VOCAB_FILE = "model.safetensors", "vocab.txt"
+MODEL_FILES = (CONFIG_NAME, WEIGHTS_FILE, VOCAB_FILE)
 CONVERTER = "conversion/convert_vilbert.py"
 
 
@@ -46,7 +47,7 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
     missing = [file for file in MODEL_FILES if not (folder / file).is_file()]
     if missing:
         raise FileNotFoundError(f"{folder} is not a converted ViLBERT folder: missing {missing} (see {CONVERTER})")
-    model = VilbertModel(VilbertConfig.load(folder / CONFIG_FILE))
+    model = VilbertModel(VilbertConfig.load(folder))
     model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)), strict=True)
     return LoadedVilbert(model.to(device=device, dtype=dtype).eval(), VilbertTokenizer(folder / VOCAB_FILE),
                          name if name is not None else str(folder), revision, folder)

@@ -1,5 +1,5 @@
-"""TIGEr (Jiang et al., 2019): region features and captions -> SCAN embeddings and grounding vectors (engine) ->
-per-item RRS, WDS and TIGEr (:mod:`capeval.functional.tiger`).
+"""TIGEr (Jiang et al., 2019): region features and captions -> SCAN embeddings and grounding vectors (engine,
+:mod:`capeval.models.scan.encoders`) -> per-item RRS, WDS and TIGEr (:mod:`capeval.functional.tigerscore`).
 
 Three kinds of rows go through the shared engine, each computed once per distinct input and cached in memory and,
 with ``cache_dir``, on disk: the SCAN embedding of an image's regions (keyed by the features' content), the word
@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import torch
 
 from capeval.cache import text_key
-from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
-from capeval.functional import tiger as functional
+from capeval.engine import EmbeddingEngine
+from capeval.functional import tigerscore as functional
 from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
+from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
-from capeval.models.regions.detectors import DETECTORS
-from capeval.models.scan.loading import DEFAULT_MODEL, LoadedScan, load_scan
+from capeval.models.scan.encoders import GroundingPair, GroundingVectors, RegionEmbeddings, WordEmbeddings
+from capeval.models.scan.loading import load_scan
 from capeval.options import check_scorer_options
+from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer
 
@@ -33,112 +33,18 @@ RegionSource = Union[None, str, "os.PathLike[str]", Callable[[List[Any]], List[R
 
 NUM_REGIONS = 36
 """Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
-GROUNDING_VERSION = "1"
-"""Bumped whenever the grounding arithmetic changes, so that old cached grounding vectors are not reused."""
-
-
-@dataclass(frozen=True)
-class TigerSpec:
-    name: str = "tiger_score"
-    label: str = "TIGEr"
-    accelerator_precision: str = "fp32"
-    """SCAN runs in float32 everywhere, as trained; the grounding maths is float64 NumPy."""
-
-
-class RegionEmbeddings(RowProducer[KeyedRegions]):
-    """SCAN image-encoder output of an image's regions, flattened to one row of ``regions * embed_size``."""
-
-    kind = "scan_regions"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: KeyedRegions) -> str:
-        return item.key
-
-    def cache_key(self) -> str:
-        return f"{self.scan.fingerprint}|scan-image-encoder"
-
-    def plan(self, items: Mapping[str, KeyedRegions]) -> List[Batch]:
-        return fixed_size_batches(items, self.batch_size)
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
-        for batch in batches:
-            features = torch.from_numpy(np.stack([item.regions.features for item in batch]))
-            yield to_rows(self.scan.model.encode_regions(features.to(self.scan.device))).reshape(len(batch), -1)
-
-
-class WordEmbeddings(RowProducer[str]):
-    """SCAN text-encoder output of a caption: ``(words, embed_size)`` flattened to one row (``<start>``/``<end>``
-    included), so rows differ in length."""
-
-    kind = "scan_words"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: str) -> str:
-        return text_key(item)
-
-    def cache_key(self) -> str:
-        return f"{self.scan.fingerprint}|scan-text-encoder|{self.scan.tokenizer.fingerprint}"
-
-    def plan(self, items: Mapping[str, str]) -> List[Batch]:
-        """Batches of captions of similar token count, so that the padded GRU batches stay short."""
-        ids = {key: self.scan.tokenizer.encode(text) for key, text in items.items()}
-        ordered = sorted(ids, key=lambda key: len(ids[key]))
-        return [[(key, ids[key]) for key in ordered[start:start + self.batch_size]]
-                for start in range(0, len(ordered), self.batch_size)]
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[List[np.ndarray]]:
-        for batch in batches:
-            yield [to_rows(words).reshape(-1) for words in self.scan.model.encode_token_ids(batch)]
-
-
-@dataclass(frozen=True)
-class GroundingPair:
-    """A caption to ground in an image: the keys of both and their SCAN embeddings."""
-
-    regions_key: str
-    text_key: str
-    regions: np.ndarray
-    words: np.ndarray
-
-
-class GroundingVectors(RowProducer[GroundingPair]):
-    """Per-region grounding ``s_i`` of a caption in an image (float64, :func:`capeval.functional.tiger.grounding`)."""
-
-    kind = "tiger_grounding"
-
-    def __init__(self, scan: LoadedScan, batch_size: int) -> None:
-        self.scan, self.batch_size = scan, batch_size
-
-    def key(self, item: GroundingPair) -> str:
-        return f"{item.regions_key}:{item.text_key}"
-
-    def cache_key(self) -> str:
-        return (f"{self.scan.fingerprint}|{self.scan.tokenizer.fingerprint}|grounding-{GROUNDING_VERSION}"
-                f"|lambda_softmax={self.scan.config.lambda_softmax}")
-
-    def plan(self, items: Mapping[str, GroundingPair]) -> List[Batch]:
-        return fixed_size_batches(items, self.batch_size)
-
-    def encode(self, batches: List[List[Any]]) -> Iterator[np.ndarray]:
-        lambda_softmax = self.scan.config.lambda_softmax
-        for batch in batches:
-            yield np.stack([functional.grounding(pair.regions, pair.words, lambda_softmax) for pair in batch])
 
 
 class TIGErScore(Scorer):
     """TIGEr (Jiang et al., 2019) with the SCAN grounding model; references are required.
 
     Args:
-        model: hub id or local folder of a converted SCAN model (``conversion/convert_scan.py``); default
-            ``capeval/tiger-scan-coco``.
+        model: hub id or local folder of a converted SCAN model (``conversion/convert_scan.py``); the family's
+            default model (SCAN trained on COCO, as TIGEr's authors released it) when ``None``.
         revision: hub revision; capeval's pinned revision for the default model when ``None``.
         regions: where region features of image entries come from. Entries that are :class:`RegionFeatures` are
             used as given and never need a detector. For other entries (path, PIL image, array, bytes): ``None``
-            loads the default bottom-up detector (``capeval/bottom-up-frcnn-r101-vg``, 36 fixed regions as
+            loads the default bottom-up detector (``DETECTORS["bottom-up"]``, 36 fixed regions as
             ``generate_tsv.py``) when the first one is met; a string is the hub id or folder of a converted
             detector; a :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its
             settings and cache); any other callable maps a list of PIL images to a list of :class:`RegionFeatures`.
@@ -153,8 +59,7 @@ class TIGErScore(Scorer):
         progress: show progress bars.
     """
 
-    spec = TigerSpec()
-    references_required = True
+    family = FAMILIES["tigerscore"]
     per_item_only = ("rrs_score", "wds_score")
 
     def __init__(
@@ -176,7 +81,7 @@ class TIGErScore(Scorer):
         if self.precision != "fp32":
             raise ValueError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
                              f"{self.precision!r}")
-        self.scan = load_scan(model if model is not None else DEFAULT_MODEL, revision, self.device)
+        self.scan = load_scan(model if model is not None else self.family.default_model, revision, self.device)
         self._region_source = regions
         self.cache_dir = cache_dir
         self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
@@ -198,7 +103,7 @@ class TIGErScore(Scorer):
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
         """Per-item ``tiger_scores``, ``rrs_scores``, ``wds_scores`` and the corpus ``tiger_score`` (their mean).
 
-        Items where the original code raises get the results defined in :mod:`capeval.functional.tiger`; a warning
+        Items where the original code raises get the results defined in :mod:`capeval.functional.tigerscore`; a warning
         gives their number."""
         self._undefined = functional.UndefinedCounts()
         self._keyed.clear()
@@ -252,7 +157,7 @@ class TIGErScore(Scorer):
             detected = self._regions_of_images([entries[position] for position in needing_detector])
             for position, regions in zip(needing_detector, detected):
                 entries[position] = regions
-        assert chunk.references is not None  # references_required
+        assert chunk.references is not None  # references are required
         embed_size = self.scan.config.embed_size
         distinct_regions = {entry.key: entry for entry in entries}
         region_rows = dict(zip(distinct_regions, self.engine.row_list("scan_regions", list(distinct_regions.values()))))

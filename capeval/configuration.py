@@ -1,0 +1,83 @@
+"""One base for the dataclass configurations of capeval's model families: to and from a dict of JSON values, and to
+and from a folder's ``config.json`` (the idea of transformers' ``PretrainedConfig``).
+
+Model-independent: each family's ``configuration.py`` declares a dataclass that mixes in :class:`JsonConfig`.
+Parsers of the original formats a family was converted from live beside the converters, in ``conversion/``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Dict, Mapping, Optional, Type, TypeVar, Union
+
+CONFIG_NAME = "config.json"
+
+_Config = TypeVar("_Config", bound="JsonConfig")
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` of :func:`dataclasses.asdict` with tuples as lists, as JSON reads them back."""
+    if isinstance(value, dict):
+        return {key: _json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    return value
+
+
+def _field_value(annotation: Any, value: Any) -> Any:
+    """A JSON value read back as the field's type: a nested config from its dict, a tuple from a list."""
+    if isinstance(annotation, type) and issubclass(annotation, JsonConfig) and isinstance(value, Mapping):
+        return annotation.from_dict(value)
+    if typing.get_origin(annotation) is tuple and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+class JsonConfig:
+    """Mixin of a dataclass configuration saved as ``config.json``.
+
+    :meth:`from_dict` takes the dict :meth:`to_dict` gives (or that JSON read back): fields it leaves out keep their
+    defaults, a field it does not know is an error, nested configurations and tuples are rebuilt from their JSON
+    dicts and lists.
+    """
+
+    model_type: ClassVar[Optional[str]] = None
+    """Written to ``config.json`` after the fields and checked on reading (a folder says which model it holds);
+    ``None``: not written."""
+    sort_keys: ClassVar[bool] = False
+    """Whether ``config.json`` lists its keys sorted (else in field order), as the family's published files do."""
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as JSON values (nested configurations as dicts, tuples as lists), then ``model_type``."""
+        values: Dict[str, Any] = _json_value(dataclasses.asdict(self))  # type: ignore[call-overload]
+        if self.model_type is not None:
+            values["model_type"] = self.model_type
+        return values
+
+    @classmethod
+    def from_dict(cls: Type[_Config], values: Mapping[str, Any]) -> _Config:
+        """The configuration of ``values``; ``ValueError`` for an unknown field or another ``model_type``."""
+        values = dict(values)
+        if cls.model_type is not None:
+            model_type = values.pop("model_type", cls.model_type)
+            if model_type != cls.model_type:
+                raise ValueError(f"config has model_type {model_type!r}, expected {cls.model_type!r}")
+        annotations = typing.get_type_hints(cls)
+        known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
+        return cls(**{name: _field_value(annotations[name], value) for name, value in values.items()})
+
+    def save(self, folder: Union[str, Path]) -> Path:
+        """Write ``<folder>/config.json`` (indented, one trailing newline); returns its path."""
+        path = Path(folder) / CONFIG_NAME
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=self.sort_keys) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls: Type[_Config], folder: Union[str, Path]) -> _Config:
+        """The configuration of ``<folder>/config.json``."""
+        return cls.from_dict(json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8")))
