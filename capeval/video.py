@@ -19,8 +19,9 @@ last read succeeded, BGR -> RGB, ``PIL.Image.fromarray``. That is, here:
   (cv2's ``COLOR_BGR2RGB``), then turned by the stream's display matrix when it is a multiple of 90 degrees, as cv2
   turns it (a flip in the matrix is ignored, as cv2 ignores it).
 
-The frames equal cv2's pixel for pixel (tests/test_video_inputs.py, checked with opencv-python-headless 5.0.0 and PyAV
-18.1.0, both on FFmpeg 8 libraries); cv2 builds on older FFmpeg libraries may convert colour-tagged videos otherwise.
+The frames equal cv2's pixel for pixel (tests/core/test_video_inputs.py, checked with opencv-python-headless 5.0.0 and
+PyAV 18.1.0, both on FFmpeg 8 libraries); cv2 builds on older FFmpeg libraries may convert colour-tagged videos
+otherwise.
 
 Frames are streamed: the frames held at once are the decoder's (its reference frames and threads) and the one being
 converted, whatever the length of the video. With ``num_frames=n``, frames are sampled as VATEX-EVAL-demo.py samples

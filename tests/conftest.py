@@ -8,20 +8,15 @@ provide it; a folder named by its environment variable that does not exist is an
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_EVALUATE_OFFLINE"] = "1"
 
-TESTS_DIR = Path(__file__).resolve().parent
-for import_root in (TESTS_DIR.parent, TESTS_DIR):  # the repo (capeval, conversion) and the test helpers
-    if str(import_root) not in sys.path:
-        sys.path.insert(0, str(import_root))
-
 import pytest  # noqa: E402
 
-from checkpoints import TinyClip, make_tiny_clip  # noqa: E402
+from fixtures.clip_checkpoints import TinyClip, make_tiny_clip  # noqa: E402
+from fixtures.paths import TESTS_DIR  # noqa: E402
 
 
 def _shared_folder(variable: str, name: str, holds: str) -> Path:

@@ -11,11 +11,11 @@ is computed, none in what is returned:
   activation runs in place, instead of allocating fresh tensors per operation;
 * query, key and value projections write into one buffer.
 
-Per-feature results equal transformers' forward to float32 rounding (tests/test_towers.py).
+Per-feature results equal transformers' forward to float32 rounding (tests/clip/test_towers.py).
 
 In reduced precision (fp16, bf16) the towers instead run operation for operation as OpenAI CLIP's fp16 model
 (``clip.load`` on CUDA) runs them, so that fp16 features equal the reference's bit for bit
-(tests/test_precision.py), on the CPU and, since the same operations on tensors of the same shapes select the same
+(tests/clip/test_precision.py), on the CPU and, since the same operations on tensors of the same shapes select the same
 kernels, on CUDA: every layer over every position, sequence-first, through ``torch.nn.functional``'s multi-head
 attention with one packed query/key/value product and, for texts, the additive causal mask of ``-inf`` (not
 ``is_causal``, which selects another attention kernel on CUDA); layer norms in float32 rounded back (OpenAI's
@@ -229,7 +229,7 @@ def pooled_text_states_from_embeddings(text_model: torch.nn.Module, token_embedd
     When gradients are needed (grad mode on and the embeddings require grad, as in BRIDGE's training, where the
     embeddings hold a mapping network's outputs) the layers run as transformers' own ``CLIPEncoderLayer`` modules
     over every position; otherwise through the pruned in-place forward. Both give the same values to float32
-    rounding (tests/test_bridge.py).
+    rounding (tests/bridge/test_bridge.py).
     """
     states = text_model.embeddings(inputs_embeds=token_embeddings)
     layers = text_model.encoder.layers

@@ -1,0 +1,127 @@
+"""The host pipeline: decoding in DataLoader worker processes, validation ahead in threads, images requested before
+texts. Results equal in-process decoding for every input form; errors name the item and leave no worker behind."""
+from __future__ import annotations
+
+import io
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capeval import CLIPScore, InputError
+from capeval.inputs import validate_image
+from capeval.models.clip.encoders import DECODE_GROUP
+from fixtures.paths import REPO_ROOT
+
+CAPTIONS = ["a dog runs on grass", "two children play", "a man rides a bike", "a red car", "people at a market"]
+
+
+@pytest.fixture(scope="module")
+def files(capeval_test_data: Path) -> List[Path]:
+    """Eight 224px Flickr8k images and two originals."""
+    folder = capeval_test_data / "flickr8k"
+    return sorted((folder / "images_224").glob("*.jpg"))[:8] + sorted((folder / "images_original").glob("*.jpg"))[:2]
+
+
+def _inputs(files: List[Path]) -> list:
+    """Every input form, with duplicates: paths, encoded bytes, PIL images, uint8 arrays, a path repeated."""
+    pil = Image.open(files[2])
+    pil.load()
+    return [files[0], str(files[1]), files[0].read_bytes(), pil, np.asarray(Image.open(files[3]).convert("RGB")),
+            files[4], files[5], files[6], files[7], files[8], files[9], files[1], files[0], pil]
+
+
+def _child_pids() -> set:
+    return {child.pid for child in multiprocessing.active_children()}
+
+
+@pytest.mark.parametrize("batch_size", [3, 2 * DECODE_GROUP + 1])
+def test_worker_processes_give_the_in_process_results_for_every_input_form(files, tiny_openai_clip,
+                                                                           batch_size: int) -> None:
+    images = _inputs(files)
+    candidates = [CAPTIONS[i % len(CAPTIONS)] for i in range(len(images))]
+    references = [[CAPTIONS[(i + 1) % 5], CAPTIONS[(i + 2) % 5]] for i in range(len(images))]
+    in_process = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=batch_size, num_workers=0, chunk_size=5)
+    expected = in_process.score(images, candidates, references)
+    workers = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=batch_size, num_workers=2, chunk_size=5)
+    assert workers.score(images, candidates, references) == expected
+    streamed = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=batch_size, num_workers=2, chunk_size=5)
+    assert streamed.score(iter(images), iter(candidates), (refs for refs in references)) == expected
+    # 10 distinct contents (files[0]'s bytes share its key); repeats in later chunks come from the memory cache
+    assert workers.engine.encoded["image"] == streamed.engine.encoded["image"] == 10
+    # and the rows are those of the decoded batch run through the model directly (one batch: the whole request)
+    one_batch = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=len(files), num_workers=2)
+    rows = one_batch.engine.image_features([validate_image(path, index) for index, path in enumerate(files)])
+    transform = one_batch.backbone.image_transform
+    direct = one_batch.backbone.encode_images(torch.stack([transform.to_uint8(Image.open(path)) for path in files]))
+    np.testing.assert_array_equal(rows, direct.numpy())
+
+
+def test_an_image_a_worker_cannot_decode_names_the_item_and_stops_the_workers(files, tiny_openai_clip) -> None:
+    data = files[0].read_bytes()
+    truncated = data[: len(data) // 3]  # the header parses, the pixels do not decode
+    with Image.open(io.BytesIO(truncated)) as image:
+        assert image.size == Image.open(files[0]).size
+    before = _child_pids()
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=2, num_workers=2)
+    images = [files[1], files[2], files[3], files[4], files[5], truncated, files[6]]
+    with pytest.raises(InputError, match=r"images\[5\] \(\d+ bytes\) could not be decoded"):
+        scorer.score(images, CAPTIONS + CAPTIONS[:2])
+    assert _child_pids() <= before
+    # the scorer still works afterwards (new workers), with the same rows as before
+    again = scorer.score(images[:5], CAPTIONS)
+    assert again == CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=2, num_workers=0).score(images[:5], CAPTIONS)
+
+
+INTERRUPTED_SCRIPT = textwrap.dedent("""
+    import multiprocessing, sys
+    import capeval.models.clip.loading as loading
+    from capeval import CLIPScore
+
+    model, tower, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+    scorer = CLIPScore(model=model, batch_size=2, num_workers=2)
+    name = f"encode_{tower}"
+    forward = getattr(loading.Backbone, name)
+    calls = []
+
+    def interrupted(self, batch):
+        calls.append(len(batch))
+        if len(calls) == (2 if tower == "images" else 1):  # texts run while the images decode
+            assert multiprocessing.active_children(), "decoding workers should be running"
+            raise KeyboardInterrupt
+        return forward(self, batch)
+
+    setattr(loading.Backbone, name, interrupted)
+    try:
+        scorer.score(files, ["a caption"] * len(files))
+    except KeyboardInterrupt:
+        print("interrupted; workers left:", len(multiprocessing.active_children()))
+""")
+
+
+@pytest.mark.parametrize("tower", ["images", "texts"])
+def test_keyboard_interrupt_leaves_no_worker_process(files, tiny_openai_clip, tmp_path, tower: str) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED_SCRIPT)
+    completed = subprocess.run([sys.executable, str(script), str(tiny_openai_clip.hf_dir), tower, *map(str, files)],
+                               capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "interrupted; workers left: 0" in completed.stdout
+
+
+def test_validation_errors_keep_item_order_across_threads(files, tiny_openai_clip) -> None:
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, num_workers=0, chunk_size=4)
+    images = [files[0], files[1], b"not an image", files[2], files[3], files[4]]
+    captions = ["fine", "fine", "fine", "fine", "", "fine"]
+    with pytest.raises(InputError, match=r"images\[2\]"):
+        scorer.score(images, captions)
+    captions[1] = " "
+    with pytest.raises(InputError, match=r"candidates\[1\] is empty"):
+        scorer.score(images, captions)
