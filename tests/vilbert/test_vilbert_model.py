@@ -12,21 +12,10 @@ from capeval.functional.vilbertscore import average_over_references, greedy_matc
 from capeval.models.regions import RegionFeatures
 from capeval.models.vilbert import LoadedVilbert, VilbertConfig, load_vilbert_folder, region_inputs
 from conversion.convert_vilbert import CheckpointError, convert
-from fixtures.vilbert_checkpoints import (DATA, convert_checkpoint, load_goldens, load_items, load_regions,
-                                          unpack_checkpoint)
+from fixtures.vilbert_checkpoints import DATA, convert_checkpoint, load_regions, unpack_checkpoint
 
 TASK_RETRIEVAL_COCO = 7
 STATE_ITEMS = (4, 5, 6)  # items whose token states the goldens hold
-
-
-@pytest.fixture(scope="module")
-def goldens() -> Dict[str, np.ndarray]:
-    return load_goldens()
-
-
-@pytest.fixture(scope="module")
-def items() -> List[dict]:
-    return load_items()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 import capeval
 from capeval import InputError, RegionFeatures
 from fixtures.paths import REPO_ROOT
-from fixtures.vilbert_checkpoints import convert_checkpoint, load_goldens, load_items, load_regions, unpack_checkpoint
+from fixtures.vilbert_checkpoints import convert_checkpoint, load_regions, unpack_checkpoint
 
 RESULT_KEYS = ["signature", "vilbert_f1", "vilbert_f1s", "vilbert_precision", "vilbert_precisions", "vilbert_recall",
                "vilbert_recalls"]
@@ -27,16 +27,6 @@ RESULT_KEYS = ["signature", "vilbert_f1", "vilbert_f1s", "vilbert_precision", "v
 def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scratch = tmp_path_factory.mktemp("vilbert_scorer")
     return convert_checkpoint(unpack_checkpoint(scratch), scratch / "converted")
-
-
-@pytest.fixture(scope="module")
-def goldens() -> Dict[str, np.ndarray]:
-    return load_goldens()
-
-
-@pytest.fixture(scope="module")
-def items() -> List[dict]:
-    return load_items()
 
 
 @pytest.fixture(scope="module")
