@@ -24,13 +24,9 @@ TOLERANCE = 1e-6
 
 
 @pytest.fixture(scope="module")
-def test_punkt(tmp_path_factory: pytest.TempPathFactory):
+def test_punkt(nltk_data: Path):
     """The Punkt parameters the goldens were made with (a few abbreviations, nothing else)."""
-    folder = tmp_path_factory.mktemp("punkt_tab") / "english"
-    folder.mkdir()
-    for name, text in CASES["punkt"].items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return punkt_parameters(folder)
+    return punkt_parameters(nltk_data / "tokenizers" / "punkt_tab" / "english")
 
 
 def convert_synthetic(name: str, folder: Path) -> Path:

@@ -17,17 +17,6 @@ IMG_DIM = CASES["models"]["tiny"]["img_dim"]
 
 
 @pytest.fixture(scope="module")
-def nltk_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An NLTK data root holding the Punkt parameters the goldens were made with."""
-    root = tmp_path_factory.mktemp("nltk_data")
-    folder = root / "tokenizers" / "punkt_tab" / "english"
-    folder.mkdir(parents=True)
-    for name, text in CASES["punkt"].items():
-        (folder / name).write_text(text, encoding="utf-8")
-    return root
-
-
-@pytest.fixture(scope="module")
 def scorer(tmp_path_factory: pytest.TempPathFactory, nltk_data: Path) -> TIGErScore:
     import nltk
 
