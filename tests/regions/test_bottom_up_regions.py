@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +17,9 @@ from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.preprocessing import caffe_scale, cv2_linear_resize
 from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config, capeval_key, convert_state_dict
-from fixtures.paths import REPO_ROOT
 from fixtures.regions_checkpoints import (REGIONS_DATA, assert_conversion_refuses, converted_detector,
                                           detector_folder_and_images, synthetic_reference_state_dict)
 
-SHARED_DATA = Path(os.environ.get("CAPEVAL_TEST_DATA", REPO_ROOT.parent / "shared" / "data"))
-IMAGES = SHARED_DATA / "flickr8k" / "images_original"
 TOLERANCE = 1e-4
 BOX_RTOL = 1e-6
 """Boxes are pixel coordinates (up to ~500 here), where one float32 step is 6e-5: the detector's products round
@@ -65,17 +61,11 @@ def test_conversion_maps_every_key(config: BottomUpConfig, reference_state: dict
                               "roi_heads.box_predictor.cls_score.bias", "heads.cls_score.bias")
 
 
-def _image_paths(goldens: dict) -> list:
-    if not IMAGES.is_dir():
-        pytest.skip(f"shared images not found at {IMAGES} (set CAPEVAL_TEST_DATA)")
-    return [IMAGES / str(name) for name in goldens["names"]]
-
-
 @pytest.mark.parametrize("mode", ["lxmert", "bottom-up"])
-def test_parity_with_reference(detector: BottomUpDetector, goldens: dict, mode: str) -> None:
+def test_parity_with_reference(detector: BottomUpDetector, goldens: dict, golden_images: list, mode: str) -> None:
     """Same boxes and features as the port end to end ("lxmert"), and as the port's network fed the Caffe blob
     with generate_tsv.py's selection ("bottom-up"), on 10 Flickr8k images."""
-    paths = _image_paths(goldens)
+    paths = golden_images
     settings = ExtractionSettings(preprocessing="caffe", selection="bottom-up") if mode == "bottom-up" else \
         ExtractionSettings(preprocessing="lxmert", selection="lxmert")
     prefix = mode.replace("-", "_")

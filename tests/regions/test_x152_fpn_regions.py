@@ -19,7 +19,7 @@ from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors, pyramid_levels
 from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint, x152_fpn_config
-from test_bottom_up_regions import BOX_RTOL, IMAGES, TOLERANCE, _encoded
+from test_bottom_up_regions import BOX_RTOL, TOLERANCE, _encoded
 from fixtures.regions_checkpoints import (X152_DATA, assert_conversion_refuses, converted_detector,
                                           detector_folder_and_images, synthetic_reference_state_dict)
 
@@ -100,15 +100,9 @@ def test_full_architecture_maps_every_key(reference_anchors: dict) -> None:
     assert tuple(converted["box_head.cls_score.weight"].shape) == (1601, 2048)
 
 
-def _paths(goldens: dict) -> list:
-    if not IMAGES.is_dir():
-        pytest.skip(f"shared images not found at {IMAGES} (set CAPEVAL_TEST_DATA)")
-    return [IMAGES / str(name) for name in goldens["names"]]
-
-
-def test_parity_with_reference(detector: X152FpnDetector, goldens: dict) -> None:
+def test_parity_with_reference(detector: X152FpnDetector, goldens: dict, golden_images: list) -> None:
     """Same 100 boxes (original pixels) and fc6 features as maskrcnn-benchmark + extract_features.py on 5 images."""
-    paths = _paths(goldens)
+    paths = golden_images
     results = RegionExtractor(detector, VILBERT, batch_size=2).detections(
         [validate_image(path, index) for index, path in enumerate(paths)])
     for index, result in enumerate(results):
