@@ -32,15 +32,6 @@ IMAGES = [EXAMPLES / "images" / "image1.jpg", EXAMPLES / "images" / "image2.jpg"
 BENCHMARK_DATA = TESTS_DATA / "benchmarks"
 
 
-@pytest.fixture(scope="module")
-def shared_data() -> Path:
-    """The shared data folder: ``CAPEVAL_TEST_DATA``, else ``../shared/data`` beside the checkout."""
-    folder = Path(os.environ.get("CAPEVAL_TEST_DATA", REPO_ROOT.parent / "shared" / "data"))
-    if not (folder / "pascal50s" / "pascal_50s.json").is_file():
-        pytest.skip(f"shared data not found at {folder} (set CAPEVAL_TEST_DATA)")
-    return folder
-
-
 def score_command(model: Path, *extra: str, candidates: Path = EXAMPLES / "good_captions.json") -> list:
     return ["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images"), "--candidates", str(candidates),
             "--model", str(model), "--device", "cpu", *extra]
@@ -321,34 +312,35 @@ def test_ambiguous_models_are_refused(tiny_openai_clip, capsys) -> None:
 
 # 11. the benchmark API and errors in flags ---------------------------------------------------------------------------
 
-def test_readme_benchmark_example_runs(tmp_path, monkeypatch, shared_data) -> None:
+def test_readme_benchmark_example_runs(tmp_path, monkeypatch, capeval_test_data) -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     example = re.search(r"```python\n(from capeval\.benchmarks import .*?)```", readme, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(example.replace("../shared/data", str(shared_data)), namespace)  # noqa: S102 - the documented example
+    exec(example.replace("../shared/data", str(capeval_test_data)), namespace)  # noqa: S102 - the documented example
     result = namespace["result"]
     assert result.benchmark.name == "pascal-50s" and set(result.metrics) == {"length"}
     assert (tmp_path / "results" / "pascal-50s" / "results.json").is_file()
 
 
-def test_cli_errors_speak_in_flags(tiny_openai_clip, shared_data, capsys) -> None:
+def test_cli_errors_speak_in_flags(tiny_openai_clip, capeval_test_data, capsys) -> None:
     assert main(["benchmark", "--dataset", "pascal-50s", "--metric", "cider"]) == 2
     error = capsys.readouterr().err
     assert "needs --data-root" in error and "root=" not in error
     assert main(["benchmark", "--dataset", "polaris", "--metric", "cider"]) == 2
     error = capsys.readouterr().err
     assert "--source hub" in error and "source=" not in error and "root=" not in error
-    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(shared_data / "pascal50s"), "--metric",
-                 "clip_s", "--model", str(tiny_openai_clip.hf_dir), "--device", "cpu"]) == 2
+    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(capeval_test_data / "pascal50s"),
+                 "--metric", "clip_s", "--model", str(tiny_openai_clip.hf_dir), "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     assert "need the images of benchmark 'pascal-50s': pass --images" in error and "image_dir" not in error
     assert main(["score", "--metric", "pacscore", "--images", str(EXAMPLES / "images"), "--candidates",
                  str(EXAMPLES / "good_captions.json"), "--model", "capeval/no-such-model", "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     assert "pass --model <local folder>" in error and "model=" not in error
-    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(shared_data / "pascal50s"), "--source",
-                 "hub", "--metric", "cider"]) == 2  # a layout the dataset does not have: one line, no traceback
+    # a layout the dataset does not have: one line, no traceback
+    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(capeval_test_data / "pascal50s"),
+                 "--source", "hub", "--metric", "cider"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "source must be 'auto' or 'json', not 'hub'" in error
 
