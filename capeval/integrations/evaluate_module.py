@@ -2,8 +2,9 @@
 entry).
 
 A metric script subclasses :class:`CaptionMetric` and sets the texts and the metric family name; the scorer class
-comes from :mod:`capeval.registry`. Scripts must import this module (``from capeval.integrations import evaluate_module``), not the class: ``evaluate.load`` takes the
-first ``EvaluationModule`` subclass in the script's namespace as the metric.
+comes from :mod:`capeval.registry`. Scripts must import this module (``from capeval.integrations import
+evaluate_module``), not the class: ``evaluate.load`` takes the first ``EvaluationModule`` subclass in the script's
+namespace as the metric.
 
 Design (see the metric cards): ``images`` are a keyword of ``compute`` and never an evaluate feature, so evaluate
 does not re-encode in-memory images (as PNG, or lossily as JPEG) or EXIF-rotate them on reading. ``references`` is

@@ -3,8 +3,8 @@
 A concrete scorer sets :attr:`Scorer.family` (its :class:`~capeval.registry.MetricFamily`, which states its result
 names, label, default model, references mode and precision), loads its model in ``__init__`` after
 ``super().__init__``, and implements :meth:`Scorer._score_chunk` (one validated chunk -> per-item score arrays by
-result name) and :meth:`Scorer.signature_fields`. :meth:`Scorer.score` streams the inputs in chunks, concatenates the per-item arrays,
-adds corpus means and the signature, and warns once with the count of truncated texts.
+result name) and :meth:`Scorer.signature_fields`. :meth:`Scorer.score` streams the inputs in chunks, concatenates the
+per-item arrays, adds corpus means and the signature, and warns once with the count of truncated texts.
 """
 from __future__ import annotations
 
