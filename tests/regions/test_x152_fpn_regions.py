@@ -100,19 +100,29 @@ def test_full_architecture_maps_every_key(reference_anchors: dict) -> None:
     assert tuple(converted["box_head.cls_score.weight"].shape) == (1601, 2048)
 
 
+LAST_RANKS_SWAPPED = 1
+"""How many of the lowest-scored boxes may be another box than the golden's. Which 100 boxes are kept is decided by
+earlier cuts (the RPN's top 6,000 anchors, NMS at 0.7) among near-tied scores of the tiny random detector; float32
+rounding that differs between CPUs' kernels (scores equal to 1e-7) swapped the 100th box of one golden image (score
+0.26024 for the golden's 0.26014) on one machine. Every other box must be the golden's, in order."""
+
+
 def test_parity_with_reference(detector: X152FpnDetector, goldens: dict, golden_images: list) -> None:
-    """Same 100 boxes (original pixels) and fc6 features as maskrcnn-benchmark + extract_features.py on 5 images."""
-    paths = golden_images
+    """Same 100 boxes (original pixels) and fc6 features as maskrcnn-benchmark + extract_features.py on 5 images (the
+    last :data:`LAST_RANKS_SWAPPED` may be a box of nearly the same score)."""
     results = RegionExtractor(detector, VILBERT, batch_size=2).detections(
-        [validate_image(path, index) for index, path in enumerate(paths)])
+        [validate_image(path, index) for index, path in enumerate(golden_images)])
     for index, result in enumerate(results):
         boxes, features = goldens[f"boxes_{index}"], goldens[f"features_{index}"]
         assert result.boxes.shape == boxes.shape == (100, 4) and result.features.shape == features.shape
-        np.testing.assert_allclose(result.boxes, boxes, rtol=BOX_RTOL, atol=TOLERANCE)
-        np.testing.assert_allclose(result.features, features, rtol=0, atol=TOLERANCE)
-        probabilities = goldens[f"cls_prob_{index}"]
-        np.testing.assert_allclose(result.object_scores, probabilities[:, 1:].max(axis=1), rtol=0, atol=1e-6)
-        np.testing.assert_array_equal(result.object_ids, probabilities[:, 1:].argmax(axis=1))
+        golden_scores = goldens[f"cls_prob_{index}"][:, 1:]
+        same = np.all(np.abs(result.boxes - boxes) <= TOLERANCE + BOX_RTOL * np.abs(boxes), axis=1)
+        swapped = np.nonzero(~same)[0]
+        assert (swapped >= len(boxes) - LAST_RANKS_SWAPPED).all(), f"image {index}: boxes {swapped} differ"
+        np.testing.assert_allclose(result.object_scores[swapped], golden_scores[swapped].max(axis=1), rtol=0, atol=1e-3)
+        np.testing.assert_allclose(result.features[same], features[same], rtol=0, atol=TOLERANCE)
+        np.testing.assert_allclose(result.object_scores[same], golden_scores[same].max(axis=1), rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(result.object_ids[same], golden_scores[same].argmax(axis=1))
         assert int(np.count_nonzero(result.scores > 0)) == int(goldens[f"num_boxes_{index}"])
         assert result.image_size == tuple(float(v) for v in goldens[f"image_size_{index}"])
         assert (result.attribute_ids == -1).all()
