@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from capeval.integrations import space
+from capeval.registry import FAMILIES
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "bridge.py"
-MODELS: List[str] = ["capeval/bridge-clip-vit-b-32"]
+MODELS: List[str] = [FAMILIES["bridge"].default_model]
 """Models offered in the Space; the first is the metric's default."""
 
 

@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from capeval.integrations import space
+from capeval.registry import FAMILIES
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "clipscore.py"
-MODELS: List[str] = ["openai/clip-vit-base-patch32"]
+MODELS: List[str] = [FAMILIES["clipscore"].default_model]
 """Models offered in the Space; the first is the metric's default."""
 
 

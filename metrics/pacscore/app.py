@@ -5,9 +5,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from capeval.integrations import space
+from capeval.registry import FAMILIES
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "pacscore.py"
-MODELS: List[str] = ["capeval/pacs-clip-vit-b-32", "capeval/pacs-openclip-vit-l-14"]
+MODELS: List[str] = [FAMILIES["pacscore"].default_model, "capeval/pacs-openclip-vit-l-14"]
 """Models offered in the Space; the first is the metric's default."""
 
 

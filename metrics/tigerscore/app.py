@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from capeval.integrations import space
+from capeval.registry import FAMILIES
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "tigerscore.py"
-MODELS: List[str] = ["capeval/tiger-scan-coco"]
+MODELS: List[str] = [FAMILIES["tigerscore"].default_model]
 """Models offered in the Space; the first is the metric's default."""
 
 

@@ -10,9 +10,10 @@ import numpy as np
 
 from capeval.integrations import space
 from capeval.models.regions import RegionFeatures
+from capeval.registry import FAMILIES
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "vilbertscore.py"
-MODELS: List[str] = ["capeval/vilbert-multi-task"]
+MODELS: List[str] = [FAMILIES["vilbertscore"].default_model]
 """Models offered in the Space; the first is the metric's default."""
 
 
