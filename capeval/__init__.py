@@ -12,11 +12,12 @@ from capeval.inputs import InputError
 from capeval.models.regions.features import RegionFeatures
 from capeval.registry import FAMILIES, MetricFamily
 from capeval.version import __version__
+from capeval.video import VideoFeatures
 
 _SCORERS: Dict[str, MetricFamily] = {family.scorer_path.split(":")[1]: family for family in FAMILIES.values()}
 """Public scorer class name -> its family, imported on first access."""
 
-__all__ = [*_SCORERS, "RegionFeatures", "InputError", "ModelNotAvailableError", "__version__"]
+__all__ = [*_SCORERS, "RegionFeatures", "VideoFeatures", "InputError", "ModelNotAvailableError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -249,12 +249,13 @@ def _sized(values: Iterable[object]) -> Optional[int]:
     return len(values) if hasattr(values, "__len__") else None  # type: ignore[arg-type]
 
 
-def _check_lengths(images: Iterable[ImageInput], candidates: Iterable[str],
-                   references: Optional[Iterable[Sequence[str]]]) -> None:
-    """Refuse single values given for lists, and sized inputs that differ in length."""
-    check_not_single("images", images, "a list of images (one per candidate)")
+def _check_lengths(images: Iterable[Any], candidates: Iterable[str],
+                   references: Optional[Iterable[Sequence[str]]], entries: str = "images") -> None:
+    """Refuse single values given for lists, and sized inputs that differ in length; ``entries`` names the visual
+    input (``images``, ``videos``)."""
+    check_not_single(entries, images, f"a list of {entries} (one per candidate)")
     check_not_single("candidates", candidates, "a list of strings")
-    lengths = {"images": _sized(images), "candidates": _sized(candidates)}
+    lengths = {entries: _sized(images), "candidates": _sized(candidates)}
     if references is not None:
         check_not_single("references", references, "a list of lists of strings")
         lengths["references"] = _sized(references)
@@ -267,13 +268,14 @@ _ENDED = object()
 """What :func:`_raw_chunk` reads from an input that has run out."""
 
 
-def _raw_chunk(inputs: Tuple[Iterator[object], ...], start: int, chunk_size: int) -> List[Tuple[object, ...]]:
+def _raw_chunk(inputs: Tuple[Iterator[object], ...], start: int, chunk_size: int,
+               entries: str = "images") -> List[Tuple[object, ...]]:
     """Up to ``chunk_size`` (image, candidate[, references]) tuples read in step from ``inputs`` (fewer at the end);
     an input that runs out before the others is an error."""
     raw: List[Tuple[object, ...]] = []
     while len(raw) < chunk_size:
         values = tuple(next(values_iter, _ENDED) for values_iter in inputs)
-        ended = [name for name, value in zip(("images", "candidates", "references"), values) if value is _ENDED]
+        ended = [name for name, value in zip((entries, "candidates", "references"), values) if value is _ENDED]
         if ended:
             if len(ended) < len(inputs):
                 raise InputError(f"inputs differ in length: {', '.join(ended)} ended after {start + len(raw)} items")
@@ -319,23 +321,25 @@ def iter_scoring_items(
     chunk_size: int = 1024,
     *,
     validate_image_entry: Callable[[Any, int], Any] = validate_image,
+    entries: str = "images",
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
 
     Each image entry goes through ``validate_image_entry(entry, index)`` (default :func:`validate_image`; a scorer
-    that also takes other entries, such as precomputed region features, passes its own). Within a chunk, equal
-    images held as :class:`ImageItem` share one copy of their data.
+    that also takes other entries, such as precomputed region features, passes its own; ``entries`` names them in
+    errors, ``videos`` for a video metric). Within a chunk, equal images held as :class:`ImageItem` share one copy of
+    their data.
 
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
     """
-    _check_lengths(images, candidates, references)
+    _check_lengths(images, candidates, references, entries)
     inputs = (iter(images), iter(candidates), *(() if references is None else (iter(references),)))
     start = 0
     workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="capeval-validation") as pool:
         while True:
-            raw = _raw_chunk(inputs, start, chunk_size)
+            raw = _raw_chunk(inputs, start, chunk_size, entries)
             count = len(raw)
             if count:
                 chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry)
@@ -344,5 +348,5 @@ def iter_scoring_items(
                 start += count
             if count < chunk_size:
                 if start == 0:
-                    raise InputError("no items to score: images and candidates are empty")
+                    raise InputError(f"no items to score: {entries} and candidates are empty")
                 return

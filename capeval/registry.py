@@ -19,26 +19,27 @@ class HubModel(NamedTuple):
     revision: Optional[str]
     """The revision loaded when none is given, recorded in result signatures: a commit of a third-party repository,
     capeval's release tag of its own; ``None``: not pinned."""
-    default_for: Optional[str] = None
-    """What loads it when given no model: a metric family (``clipscore``) or a region detector
+    default_for: Tuple[str, ...] = ()
+    """What loads it when given no model: metric families (``clipscore``) or a region detector
     (``detector:bottom-up``)."""
 
 
 MODELS: Dict[str, HubModel] = {
-    "openai/clip-vit-base-patch32": HubModel("c7244be81152024ce0e99ac8d2e373a8953d9f9a", "clipscore"),
-    "capeval/pacs-clip-vit-b-32": HubModel("v1.0", "pacscore"),
+    # OpenAI CLIP ViT-B/32: CLIP-S's model and EMScore's (clip.load("ViT-B/32") in both reference codes)
+    "openai/clip-vit-base-patch32": HubModel("c7244be81152024ce0e99ac8d2e373a8953d9f9a", ("clipscore", "emscore")),
+    "capeval/pacs-clip-vit-b-32": HubModel("v1.0", ("pacscore",)),
     "capeval/pacs-openclip-vit-l-14": HubModel("v1.0"),
     "capeval/pacspp-clip-vit-b-32": HubModel("v1.0"),
     "capeval/pacspp-clip-vit-l-14": HubModel("v1.0"),
     # capeval's BRIDGE on OpenAI CLIP ViT-B/32, trained by capeval: the paper's authors released no weights
-    "capeval/bridge-clip-vit-b-32": HubModel("v1.0", "bridge"),
+    "capeval/bridge-clip-vit-b-32": HubModel("v1.0", ("bridge",)),
     # BRIDGE's template captioner, named by BRIDGE configs (with their captioner_revision); capeval knows no commit of
     # it to pin, so it is loaded at the revision the config names (the hub's main branch by default).
     "Salesforce/blip-image-captioning-large": HubModel(None),
-    "capeval/tiger-scan-coco": HubModel("v1.0", "tigerscore"),
-    "capeval/bottom-up-frcnn-r101-vg": HubModel("v1.0", "detector:bottom-up"),
-    "capeval/vilbert-multi-task": HubModel("v1.0", "vilbertscore"),
-    "capeval/vilbert-detector-x152-fpn": HubModel("v1.0", "detector:x152-fpn"),
+    "capeval/tiger-scan-coco": HubModel("v1.0", ("tigerscore",)),
+    "capeval/bottom-up-frcnn-r101-vg": HubModel("v1.0", ("detector:bottom-up",)),
+    "capeval/vilbert-multi-task": HubModel("v1.0", ("vilbertscore",)),
+    "capeval/vilbert-detector-x152-fpn": HubModel("v1.0", ("detector:x152-fpn",)),
 }
 """Hub id -> :class:`HubModel`: every model capeval loads by default or publishes."""
 
@@ -46,9 +47,20 @@ MODELS: Dict[str, HubModel] = {
 def default_model(user: str) -> str:
     """Hub id of the model ``user`` (a family name, or ``detector:<name>``) loads when given none."""
     for hub_id, model in MODELS.items():
-        if model.default_for == user:
+        if user in model.default_for:
             return hub_id
     raise KeyError(f"no default model for {user!r}")
+
+
+EMSCORE_VIEWS: Mapping[str, str] = {"emscore_video": "EMScore(X,V)", "emscore_refs": "EMScore(X,X*)",
+                                    "emscore_video_refs": "EMScore(X,V,X*)"}
+"""EMScore result prefix -> the reference's view: the candidate against the video, its references, or both."""
+EMSCORE_KEYS: Tuple[str, ...] = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
+"""The reference's keys within a view: fine-grained P/R/F, coarse-grained, and their means (full P/R/F)."""
+EMSCORE_RESULT_KEYS: Mapping[str, str] = {
+    f"{prefix}_{key.lower()}": f"{view}['{key}']" for prefix, view in EMSCORE_VIEWS.items() for key in EMSCORE_KEYS
+}
+"""capeval's EMScore results (``emscore_video_full_f``) -> the reference's (``EMScore(X,V)['full_F']``)."""
 
 
 class BenchmarkMetric(NamedTuple):
@@ -89,6 +101,8 @@ class MetricFamily:
     region_features: bool = False
     """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand in
     for the images."""
+    inputs: str = "images"
+    """What the captions describe: ``"images"`` or ``"videos"`` (the scorer's first argument)."""
 
     @property
     def default_model(self) -> str:
@@ -118,6 +132,16 @@ FAMILIES: Dict[str, MetricFamily] = {
                      accelerator_precision="fp32",  # its code calls model.float()
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
                                         "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
+        MetricFamily("emscore", "capeval.scorers.emscore:EMScore", "EMScore", references="optional",
+                     description="EMScore (Shi et al., 2022): fine- and coarse-grained matching of a video's CLIP "
+                                 "frame embeddings and the caption's token embeddings, with and without references",
+                     main_result="emscore_video_full_f",
+                     result_keys=EMSCORE_RESULT_KEYS,
+                     accelerator_precision="fp16",  # clip.load on CUDA
+                     benchmark_metrics={"emscore": BenchmarkMetric("emscore_video_full_fs", False, "EMScore"),
+                                        "ref_emscore": BenchmarkMetric("emscore_video_refs_full_fs", True,
+                                                                       "EMScoreRef")},
+                     inputs="videos"),
         MetricFamily("bridge", "capeval.scorers.bridge:BRIDGEScore", "BRIDGE", references="unused",
                      description="BRIDGE (Sarto et al., 2024): CLIP-S joined by pseudo-captions of the image's "
                                  "template caption filled from CLIP grid features",

@@ -51,6 +51,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from capeval.functional.clipscore import harmonic_mean, l2_normalize
+from capeval.registry import EMSCORE_KEYS
 
 VIDEO = "EMScore(X,V)"
 REFERENCES = "EMScore(X,X*)"
@@ -58,7 +59,7 @@ VIDEO_AND_REFERENCES = "EMScore(X,V,X*)"
 VIEWS = (VIDEO, REFERENCES, VIDEO_AND_REFERENCES)
 """The reference's result keys: candidate against the video, against the references, against both."""
 
-KEYS = ("figr_P", "figr_R", "figr_F", "cogr", "full_P", "full_R", "full_F")
+KEYS = EMSCORE_KEYS
 """The reference's keys within a view: fine-grained P/R/F, coarse-grained, and their means (full P/R/F)."""
 
 CONTEXT_LENGTH = 77

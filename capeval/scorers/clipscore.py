@@ -7,12 +7,12 @@ backbone (each family's default model) and the weight ``w``.
 from __future__ import annotations
 
 import os
-from typing import ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from capeval.functional import clipscore as functional
-from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
+from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
 from capeval.models.clip.loading import load_backbone
 from capeval.options import check_scorer_options
@@ -77,6 +77,9 @@ class EmbeddingScorer(Scorer):
             self.backbone, image_batch_size=batch_size or IMAGE_BATCH_SIZE,
             text_batch_size=text_batch_size or default_batch_size(self.device),
             num_workers=num_workers, cache_dir=cache_dir, progress=progress)
+        self._engine_options: Dict[str, Any] = {"cache_dir": cache_dir, "text_batch_size": text_batch_size,
+                                                "num_workers": num_workers, "progress": progress}
+        """What a scorer of videos on this backbone (``PACScore(...).score(videos=...)``) shares with this one."""
 
     @property
     def ref_metric_name(self) -> str:
@@ -128,7 +131,40 @@ class CLIPScore(EmbeddingScorer):
 
 
 class PACScore(EmbeddingScorer):
-    """PAC-S and RefPAC-S (Sarto et al., 2023): w = 2.0 on the PAC-S fine-tuned CLIP backbones."""
+    """PAC-S and RefPAC-S (Sarto et al., 2023): w = 2.0 on the PAC-S fine-tuned CLIP backbones; of videos too
+    (``score(videos=..., candidates=..., references=...)``: EMScore's arithmetic on the same backbone, as the paper's
+    Sec. 3.2 and its authors' code compute them; see :class:`~capeval.scorers.emscore.VideoPACScore`)."""
 
     family = FAMILIES["pacscore"]
     weight = 2.0
+    _video_scorer: Optional[Scorer] = None
+    """The scorer of videos on this backbone, made on first use."""
+
+    def score(  # type: ignore[override]  # images become optional: videos may stand in for them
+        self,
+        images: Optional[Iterable[Any]] = None,
+        candidates: Optional[Iterable[str]] = None,
+        references: Optional[Iterable[Sequence[str]]] = None,
+        *,
+        videos: Optional[Iterable[Any]] = None,
+    ) -> Dict[str, Any]:
+        """PAC-S (and RefPAC-S with references) of captions for ``images``, or for ``videos`` (video files, frames or
+        precomputed frame features, one per candidate; every frame, IDF from the references, else the candidates:
+        for other settings use ``EMScore(model=...)`` with this backbone)."""
+        if candidates is None:
+            raise InputError("candidates are required: score(images, candidates) or score(videos=..., candidates=...)")
+        if videos is None:
+            if images is None:
+                raise InputError("PAC-S needs images or videos: score(images, candidates) or "
+                                 "score(videos=[...], candidates=[...])")
+            return super().score(images, candidates, references)
+        if images is not None:
+            raise InputError("give images or videos, not both")
+        if self._video_scorer is None:
+            from capeval.scorers.emscore import VideoPACScore
+
+            backbone = self.backbone
+            self._video_scorer = VideoPACScore(
+                backbone.name, backbone.revision, self.device, precision=self.precision, chunk_size=self.chunk_size,
+                **self._engine_options)
+        return self._video_scorer.pac_scores(videos, candidates, references)

@@ -6,7 +6,7 @@ import torch
 from transformers import CLIPModel
 
 from capeval.models.clip.preprocessing import pad_token_ids
-from capeval.models.clip.modeling import pooled_image_states, pooled_text_states
+from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, text_token_states
 
 START_TOKEN, END_TOKEN = 49406, 49407
 CAPTIONS = ["a dog", "two people ride bicycles along a river at sunset while a boat passes",
@@ -53,6 +53,23 @@ def test_text_states_equal_transformers(hf_model: CLIPModel) -> None:
     assert len(set(lengths.tolist())) == len(CAPTIONS)  # end tokens at different positions, padding of many lengths
     assert expected.std() > 0.1
     torch.testing.assert_close(pooled, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_text_token_states_equal_transformers_at_every_position(hf_model: CLIPModel) -> None:
+    """EMScore's per-token states: transformers' (final-layer-normed) last hidden state at every position up to each
+    row's end token (where the pooled state is), whatever the padding after it."""
+    ids = _token_ids(hf_model)
+    with torch.inference_mode():
+        outputs = hf_model.text_model(input_ids=ids)
+        expected = outputs.last_hidden_state  # transformers applies the final layer norm to it
+        tokens = text_token_states(hf_model.text_model, ids)
+        alone = text_token_states(hf_model.text_model, ids[1:2, : int((ids[1] != 0).sum())])
+    ends = (ids == END_TOKEN).int().argmax(dim=1)
+    assert tokens.shape == expected.shape
+    for row, end in enumerate(ends.tolist()):
+        torch.testing.assert_close(tokens[row, : end + 1], expected[row, : end + 1], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(tokens[row, end], outputs.pooler_output[row], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alone[0], tokens[1, : alone.shape[1]], rtol=1e-5, atol=1e-5)
 
 
 def test_text_states_ignore_positions_after_the_end_token(hf_model: CLIPModel) -> None:

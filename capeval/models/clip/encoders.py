@@ -146,11 +146,30 @@ class TextRows(RowProducer[str]):
         return fixed_size_batches({key: token_ids[key] for key in ordered}, self.batch_size)
 
     def encode(self, batches: List[List[List[int]]]) -> Iterator[np.ndarray]:
-        """In float32 each batch is padded to its longest text; in reduced precision to the full context, as
+        for batch in batches:
+            yield to_rows(self.backbone.encode_texts(self._padded(batch)))
+
+    def _padded(self, batch: List[List[int]]) -> torch.Tensor:
+        """In float32 a batch is padded to its longest text; in reduced precision to the full context, as
         ``clip.tokenize`` pads, since there a matrix product's rounding of a row can depend on the padded length."""
         length = None if self.backbone.dtype == torch.float32 else self.backbone.text_transform.context_length
+        return pad_token_ids(batch, length)
+
+
+class TextTokenRows(TextRows):
+    """Projected features (not normalised) of every token of prepared texts, from the start token to the end token:
+    EMScore's ``encode_text(local=True)`` rows, keyed by the text; ragged rows ``(length * dim,)`` read with
+    :meth:`~capeval.engine.EmbeddingEngine.row_list` (reshape to ``(-1, dim)``)."""
+
+    kind = "text_tokens"
+
+    def cache_key(self) -> str:
+        return backbone_cache_key(self.backbone, f"tokens|context={self.backbone.text_transform.context_length}")
+
+    def encode(self, batches: List[List[List[int]]]) -> Iterator[List[np.ndarray]]:
         for batch in batches:
-            yield to_rows(self.backbone.encode_texts(pad_token_ids(batch, length)))
+            states = to_rows(self.backbone.encode_text_tokens(self._padded(batch)))
+            yield [states[row, :len(tokens)].reshape(-1) for row, tokens in enumerate(batch)]
 
 
 class ClipEmbeddingEngine(EmbeddingEngine):

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer, CLIPModel
 
 from capeval.hub import ModelNotAvailableError, ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
-from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project
+from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
 
@@ -55,6 +55,12 @@ class Backbone:
         """Projected text features (not normalised), pooled at the first end token, of a zero-padded id batch."""
         pooled = pooled_text_states(self.model.text_model, token_ids.to(self.device), self.text_transform.end_token_id)
         return project(pooled, self.model.text_projection)
+
+    @torch.inference_mode()
+    def encode_text_tokens(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Projected text features (not normalised) at every position ``(N, length, dim)`` of a zero-padded id batch:
+        EMScore's ``encode_text(local=True)``; a row's end-token position holds its :meth:`encode_texts` feature."""
+        return project(text_token_states(self.model.text_model, token_ids.to(self.device)), self.model.text_projection)
 
 
 def _image_transform(folder: Path) -> ImageTransform:

@@ -193,16 +193,30 @@ def pooled_image_states(vision_model: torch.nn.Module, pixel_values: torch.Tenso
     return layer_norm(vision_model.post_layernorm, pooled)
 
 
+def _every_position(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool) -> torch.Tensor:
+    """Every layer over every position of ``states`` ``(batch, length, width)`` (consumed in float32), returning the
+    last layer's output at every position."""
+    if states.dtype != torch.float32:
+        return _reference_order_states(states, layers, causal)
+    states = states.contiguous()
+    workspace = _run_layers(states, layers, causal)
+    _encoder_layer(states, layers[-1], workspace, causal)
+    return states
+
+
 def image_grid_states(vision_model: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """``post_layernorm(vision_model(pixel_values).last_hidden_state)``: the post-layer-normed state of every vision
     token, class token first, shape ``(batch, 1 + patches, width)`` (row 0 is :func:`pooled_image_states`)."""
-    states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values)).contiguous()
-    layers = vision_model.encoder.layers
-    if states.dtype != torch.float32:
-        return layer_norm(vision_model.post_layernorm, _reference_order_states(states, layers, causal=False))
-    workspace = _run_layers(states, layers, causal=False)
-    _encoder_layer(states, layers[-1], workspace, causal=False)
-    return layer_norm(vision_model.post_layernorm, states)
+    states = layer_norm(vision_model.pre_layrnorm, vision_model.embeddings(pixel_values))
+    return layer_norm(vision_model.post_layernorm, _every_position(states, vision_model.encoder.layers, causal=False))
+
+
+def text_token_states(text_model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """``text_model(input_ids).last_hidden_state``: the final-layer-normed state of every position under the causal
+    mask, shape ``(batch, length, width)``; what EMScore's ``encode_text(local=True)`` projects. A position never
+    attends to the ones after it, so the states up to a row's end token do not depend on its padding."""
+    states = text_model.embeddings(input_ids=input_ids)
+    return layer_norm(text_model.final_layer_norm, _every_position(states, text_model.encoder.layers, causal=True))
 
 
 def end_token_rows(input_ids: torch.Tensor, end_token_id: int) -> torch.Tensor:
