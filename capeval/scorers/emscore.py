@@ -137,7 +137,7 @@ class EMScore(Scorer):
         self._weights, self._idf_source = self._call_weights(candidates, references)
         self._defined = {"equal_weights": 0, "zero_f": 0}
         result = super().score([None] * len(candidates) if videos is None else videos, candidates, references)
-        self._warn_defined(result)
+        self._warn_defined()
         return result
 
     def _chunks(self, videos: Iterable[Any], candidates: Iterable[str],
@@ -238,15 +238,20 @@ class EMScore(Scorer):
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, self.backbone.text_transform.context_length)
 
-    def _warn_defined(self, result: Dict[str, Any]) -> None:
+    def _warn_defined(self) -> None:
         """One warning per kind of item the reference scores as NaN (module doc of :mod:`capeval.functional.emscore`)."""
-        if self._defined["zero_f"]:
-            warnings.warn(f"{self._defined['zero_f']} items have fine-grained P + R = 0, where the reference's F is "
-                          "NaN; their figr_F is 0", RuntimeWarning, stacklevel=3)
-        if self._defined["equal_weights"]:
-            warnings.warn(f"{self._defined['equal_weights']} items hold a caption whose IDF weights sum to 0 (every "
-                          "document of the IDF corpus holds the same tokens), where the reference's scores are NaN; "
-                          "its tokens were weighted equally", RuntimeWarning, stacklevel=3)
+        zero_f, equal_weights = self._defined["zero_f"], self._defined["equal_weights"]
+        if zero_f:
+            warnings.warn(f"{_items(zero_f)} fine-grained P + R = 0, where the reference's F is NaN; figr_F is 0 there",
+                          RuntimeWarning, stacklevel=3)
+        if equal_weights:
+            warnings.warn(f"{_items(equal_weights)} a caption whose IDF weights sum to 0 (every document of the IDF "
+                          "corpus holds the same tokens), where the reference's scores are NaN; its tokens were "
+                          "weighted equally", RuntimeWarning, stacklevel=3)
+
+
+def _items(count: int) -> str:
+    return "1 item has" if count == 1 else f"{count} items have"
 
 
 class VideoPACScore(EMScore):

@@ -6,16 +6,14 @@ EMScore example clip from the test data. The reference frames are read exactly a
 """
 from __future__ import annotations
 
-import fractions
 import pickle
 import re
 import subprocess
 import sys
 import tracemalloc
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -25,28 +23,7 @@ from capeval.inputs import InputError
 from capeval.video import (VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames, decoder_version,
                            iter_video_frames, load_video_features, sample_indices, validate_video)
 from fixtures.paths import REPO_ROOT
-
-EXAMPLE_CLIP = Path("examples") / "emscore" / "Bfyp0C02sko_000248_000258.mp4"
-
-
-@dataclass(frozen=True)
-class Clip:
-    """A synthetic test video: file name, encoder (first available of ``encoders``), size, frame count and the frames
-    the reference reads of it (``expected``, default ``frames``)."""
-
-    name: str
-    encoders: Tuple[str, ...]
-    width: int
-    height: int
-    frames: int = 12
-    expected: Optional[int] = None
-    pix_fmt: Optional[str] = None
-    options: Dict[str, str] = field(default_factory=dict)
-    stream: Dict[str, Any] = field(default_factory=dict)
-    rotation: int = 0
-    pts_ms: Optional[Tuple[int, ...]] = None
-    keep_bytes: Optional[float] = None
-
+from fixtures.videos import EXAMPLE_CLIP, Clip, write_clip
 
 H264 = ("libx264", "mpeg4")
 CLIPS = [
@@ -72,52 +49,6 @@ CLIPS = [
     # cut at 80 % of its bytes: the 9th frame fails to decode, the reference's read fails there
     Clip("mjpeg_truncated_64x48.avi", ("mjpeg",), 64, 48, expected=8, pix_fmt="yuvj420p", keep_bytes=0.8),
 ]
-
-
-def _test_image(width: int, height: int, number: int, rng: np.random.Generator) -> np.ndarray:
-    y, x = np.mgrid[0:height, 0:width]
-    image = np.stack([(x * 255 // max(width - 1, 1) + number * 7) % 256, (y * 255 // max(height - 1, 1)) % 256,
-                      ((x + y + number * 13) * 3) % 256], axis=-1).astype(np.uint8)
-    image[height // 3:height // 2, width // 4:width // 2] = rng.integers(
-        0, 256, (height // 2 - height // 3, width // 2 - width // 4, 3))
-    return image
-
-
-def _video_stream(container: Any, encoder: str, clip: Clip) -> Any:
-    stream = container.add_stream(encoder, rate=25)
-    stream.width, stream.height = clip.width, clip.height
-    if clip.pix_fmt:
-        stream.pix_fmt = clip.pix_fmt
-    stream.options = dict(clip.options)
-    for name, value in clip.stream.items():
-        setattr(stream.codec_context, name, value)
-    if clip.rotation:
-        stream.set_display_rotation(clip.rotation)
-    if clip.pts_ms:
-        stream.codec_context.time_base = fractions.Fraction(1, 1000)
-    return stream
-
-
-def write_clip(clip: Clip, folder: Path) -> Path:
-    """Encode ``clip`` with the first of its encoders PyAV has (skipping the test when it has none)."""
-    av = pytest.importorskip("av")
-    encoder = next((name for name in clip.encoders if name in av.codecs_available), None)
-    if encoder is None:
-        pytest.skip(f"PyAV's FFmpeg has none of the encoders {clip.encoders}")
-    path = folder / clip.name
-    rng = np.random.default_rng(0)
-    with av.open(str(path), "w") as container:
-        stream = _video_stream(container, encoder, clip)
-        for number in range(clip.frames):
-            frame = av.VideoFrame.from_ndarray(_test_image(clip.width, clip.height, number, rng), format="rgb24")
-            if clip.pts_ms:
-                frame.pts, frame.time_base = clip.pts_ms[number], fractions.Fraction(1, 1000)
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode())
-    if clip.keep_bytes:
-        data = path.read_bytes()
-        path.write_bytes(data[:int(len(data) * clip.keep_bytes)])
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,192 @@
+"""capeval.EMScore's behaviour on a tiny converted CLIP: views by input, options, warnings, chunking, and bad input
+named by item (parity with the original code is in test_emscore_parity.py and test_emscore_functional.py)."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import torch
+
+from capeval import EMScore, InputError, PACScore, VideoFeatures
+from capeval.inputs import TruncationWarning
+from capeval.registry import EMSCORE_RESULT_KEYS
+from capeval.video import VideoDecodeWarning
+from fixtures.clip_checkpoints import TinyClip
+from fixtures.videos import Clip, write_clip
+
+DIM = 64  # the tiny CLIP's projection width
+CANDIDATES = ["a red square moves to the right", "a gradient of colours", "noise on a dark background"]
+REFERENCES = [["a square moving across the frame", "a red block slides"], ["colours fade from left to right"],
+              ["static noise", "a noisy picture", "grey noise on black"]]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> List[Path]:
+    folder = tmp_path_factory.mktemp("scorer-videos")
+    return [write_clip(Clip("a.mp4", ("libx264", "mpeg4"), 64, 48, frames=9), folder),
+            write_clip(Clip("b.avi", ("mjpeg",), 72, 40, frames=5, pix_fmt="yuvj420p"), folder),
+            write_clip(Clip("c.webm", ("libvpx-vp9", "libx264"), 48, 48, frames=7), folder)]
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_openai_clip: TinyClip) -> EMScore:
+    return EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0)
+
+
+def features(seed: int, frames: int = 7) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((frames, DIM)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def per_item(result: Dict[str, object]) -> Dict[str, np.ndarray]:
+    return {name: np.asarray(result[f"{name}s"]) for name in EMSCORE_RESULT_KEYS if f"{name}s" in result}
+
+
+def test_views_follow_the_inputs(scorer: EMScore, videos: List[Path]) -> None:
+    both = scorer.score(videos, CANDIDATES, REFERENCES)
+    assert set(per_item(both)) == set(EMSCORE_RESULT_KEYS)
+    video_only = per_item(scorer.score(videos, CANDIDATES))
+    references_only = per_item(scorer.score(None, CANDIDATES, REFERENCES))
+    assert set(video_only) == {name for name in EMSCORE_RESULT_KEYS if name.startswith("emscore_video_")
+                               and not name.startswith("emscore_video_refs")}
+    assert set(references_only) == {name for name in EMSCORE_RESULT_KEYS if name.startswith("emscore_refs_")}
+    assert both["emscore_video_full_f"] == pytest.approx(np.mean(both["emscore_video_full_fs"]), abs=1e-7)
+    # the references' view is the same with or without videos; the joint view is the mean of the two
+    np.testing.assert_allclose(per_item(both)["emscore_refs_full_f"], references_only["emscore_refs_full_f"])
+    mean = (np.asarray(both["emscore_video_cogrs"]) + np.asarray(both["emscore_refs_cogrs"])) / 2
+    np.testing.assert_allclose(both["emscore_video_refs_cogrs"], mean, rtol=1e-6)
+    full = (np.asarray(both["emscore_video_figr_fs"]) + np.asarray(both["emscore_video_cogrs"])) / 2
+    np.testing.assert_allclose(both["emscore_video_full_fs"], full, rtol=1e-6)
+    assert all(np.all(np.abs(values) <= 1) for values in per_item(both).values())
+    assert both["signature"].startswith("emscore_video_full_f|model:")
+    assert "|idf:references|frames:all|decoder:PyAV " in both["signature"]
+    assert "|idf:candidates|" in scorer.score(videos, CANDIDATES)["signature"]
+
+
+def test_items_do_not_depend_on_their_chunk_or_neighbours(tiny_openai_clip: TinyClip, scorer: EMScore,
+                                                          videos: List[Path]) -> None:
+    together = per_item(scorer.score(videos, CANDIDATES, REFERENCES))
+    one_by_one = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=1, chunk_size=1)
+    chunked = per_item(one_by_one.score(videos, CANDIDATES, REFERENCES))
+    for name, values in together.items():
+        np.testing.assert_allclose(chunked[name], values, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_frames_in_memory_and_precomputed_features(scorer: EMScore, videos: List[Path]) -> None:
+    av = pytest.importorskip("av")
+    with av.open(str(videos[0])) as container:
+        frames = [frame.to_image() for frame in container.decode(video=0)]
+    assert len(frames) == 9
+    from_pil = scorer.score([frames], CANDIDATES[:1])
+    from_array = scorer.score([np.stack([np.asarray(frame) for frame in frames])], CANDIDATES[:1])
+    assert from_pil["emscore_video_full_fs"] == from_array["emscore_video_full_fs"]
+    rows = features(1)
+    sampled = scorer.score([VideoFeatures(rows)], CANDIDATES[:1])
+    assert sampled["emscore_video_cogrs"][0] == pytest.approx(
+        float(np.dot(rows.mean(0) / np.linalg.norm(rows.mean(0)), _pooled(scorer, CANDIDATES[0]))), abs=1e-6)
+
+
+def _pooled(scorer: EMScore, caption: str) -> np.ndarray:
+    """The unit end-token feature of ``caption`` (the coarse-grained text embedding)."""
+    ids = scorer.backbone.text_transform.tokenize(scorer.backbone.text_transform.prepare([caption], ""))
+    with torch.inference_mode():
+        pooled = scorer.backbone.encode_texts(torch.tensor(ids))[0].numpy()
+    return pooled / np.linalg.norm(pooled)
+
+
+def test_num_frames_samples_as_vatex_eval(tiny_openai_clip: TinyClip, scorer: EMScore, tmp_path: Path) -> None:
+    rows = features(2, frames=11)
+    sampled = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0, num_frames=4)
+    chosen = rows[[0, 3, 6, 10]]  # np.linspace(0, 10, 4) cast to int
+    np.save(tmp_path / "v.npy", rows)
+    torch.save(torch.from_numpy(rows), tmp_path / "v.pt")
+    expected = scorer.score([VideoFeatures(chosen)], CANDIDATES[:1])["emscore_video_full_fs"]
+    for entry in (VideoFeatures(rows), tmp_path / "v.npy", str(tmp_path / "v.pt")):
+        result = sampled.score([entry], CANDIDATES[:1])
+        assert result["emscore_video_full_fs"] == pytest.approx(expected, abs=1e-7)
+        assert "|frames:4|" in result["signature"]
+
+
+def test_idf_options(tiny_openai_clip: TinyClip, scorer: EMScore, videos: List[Path]) -> None:
+    with_idf = scorer.score(videos, CANDIDATES, REFERENCES)
+    uniform = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0, idf=False)
+    without = uniform.score(videos, CANDIDATES, REFERENCES)
+    assert "|idf:none|" in without["signature"]
+    assert not np.allclose(with_idf["emscore_refs_figr_ps"], without["emscore_refs_figr_ps"])
+    # coarse-grained scores use no weights
+    np.testing.assert_allclose(with_idf["emscore_video_cogrs"], without["emscore_video_cogrs"], rtol=1e-6)
+    # a corpus that is the references, in order, is the references' own table
+    flat = [ref for refs in REFERENCES for ref in refs]
+    corpus = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0, idf_corpus=flat)
+    from_corpus = corpus.score(videos, CANDIDATES, REFERENCES)
+    assert from_corpus["signature"].split("|idf:")[1].startswith(f"corpus-{len(flat)}-")
+    np.testing.assert_allclose(from_corpus["emscore_video_refs_full_fs"], with_idf["emscore_video_refs_full_fs"])
+    with pytest.raises(InputError, match="idf_corpus is given but idf=False"):
+        EMScore(model=tiny_openai_clip.hf_dir, idf=False, idf_corpus=flat)
+    with pytest.raises(InputError, match="idf_corpus\\[1\\]"):
+        EMScore(model=tiny_openai_clip.hf_dir, idf_corpus=["fine", ""])
+    with pytest.raises(InputError, match="idf must be True or False"):
+        EMScore(model=tiny_openai_clip.hf_dir, idf={1: 0.5})
+
+
+def test_undefined_results_warn_with_a_count(scorer: EMScore) -> None:
+    """One item with one reference: the IDF corpus is that one sentence, every table value is 0 and the reference
+    gives NaN; here the reference's tokens weigh equally."""
+    with pytest.warns(RuntimeWarning, match="^1 item has a caption whose IDF weights sum to 0"):
+        result = scorer.score([VideoFeatures(features(3))], ["a dog runs"], [["a dog runs on grass"]])
+    assert np.isfinite(result["emscore_refs_full_fs"]).all()
+
+
+def test_long_captions_are_truncated_with_a_warning(scorer: EMScore) -> None:
+    long_caption = "a dog " * 60
+    with pytest.warns(TruncationWarning, match=r"candidates\[0\]"):
+        result = scorer.score([VideoFeatures(features(4))], [long_caption])
+    transform = scorer.backbone.text_transform
+    assert len(transform.tokenize(transform.prepare([long_caption], ""))[0]) == 77
+    assert np.isfinite(result["emscore_video_full_fs"]).all()
+
+
+@pytest.mark.filterwarnings("ignore::capeval.video.VideoDecodeWarning")
+def test_decoder_warnings_of_worker_processes_reach_the_caller(tiny_openai_clip: TinyClip, tmp_path: Path) -> None:
+    broken = write_clip(Clip("cut.avi", ("mjpeg",), 64, 48, pix_fmt="yuvj420p", keep_bytes=0.8), tmp_path)
+    in_workers = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = in_workers.score([broken], ["a gradient"])
+    assert [type(w.message) for w in caught if issubclass(w.category, VideoDecodeWarning)] == [VideoDecodeWarning]
+    assert np.isfinite(result["emscore_video_full_fs"]).all()
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s, v: s.score(None, ["a cat"]), "needs videos, references or both"),
+    (lambda s, v: s.score(v[:2], CANDIDATES), "inputs differ in length: 2 videos, 3 candidates"),
+    (lambda s, v: s.score([v[0], v[0].with_name("missing.mp4")], CANDIDATES[:2]), r"videos\[1\] .*file not found"),
+    (lambda s, v: s.score([VideoFeatures(np.zeros((3, 5)))], ["a cat"]), r"videos\[0\].*width 5; this model needs 64"),
+    (lambda s, v: s.score([VideoFeatures(np.full((2, DIM), np.nan))], ["a cat"]), r"videos\[0\].*NaN"),
+    (lambda s, v: s.score(v[:1], [""]), r"candidates\[0\]"),
+    (lambda s, v: s.score(v[:1], ["a cat"], [[]]), r"references\[0\] is empty"),
+    (lambda s, v: s.score(v[0], ["a cat"]), "videos must be a list of videos"),
+])
+def test_bad_input_names_the_item(scorer: EMScore, videos: List[Path], call, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        call(scorer, videos)
+
+
+def test_a_pt_file_that_is_not_a_plain_tensor_is_refused(scorer: EMScore, tmp_path: Path) -> None:
+    torch.save({"features": torch.zeros(3, DIM)}, tmp_path / "dict.pt")
+    with pytest.raises(InputError, match=r"videos\[0\] \(.*dict.pt\) holds a dict with keys \['features'\]"):
+        scorer.score([tmp_path / "dict.pt"], ["a cat"])
+
+
+def test_pac_s_of_videos_needs_videos_or_images_not_both(tiny_openai_clip: TinyClip, videos: List[Path]) -> None:
+    pac = PACScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0)
+    with pytest.raises(InputError, match="images or videos, not both"):
+        pac.score(["x.jpg"], CANDIDATES[:1], videos=videos[:1])
+    with pytest.raises(InputError, match="PAC-S needs images or videos"):
+        pac.score(candidates=CANDIDATES[:1])
+    result = pac.score(candidates=CANDIDATES[:1], videos=videos[:1])
+    assert set(result) == {"pac_score", "pac_scores", "signature"}
+    assert result["signature"].startswith("pac_score|model:")
