@@ -24,6 +24,12 @@ from conversion.convert_clip import convert_checkpoint
 from fixtures.clip_checkpoints import TinyClip, save_pacs_checkpoint
 from fixtures.paths import TESTS_DATA
 
+
+@pytest.fixture(autouse=True)
+def _parity_in_fp32(strict_fp32: None) -> None:
+    """Every test here runs with IEEE fp32 products on CUDA (conftest's ``strict_fp32``)."""
+
+
 DATA = TESTS_DATA / "emscore"
 VIDEO_DIR = DATA / "videos"
 GOLDENS = np.load(DATA / "scorer_goldens.npz")
