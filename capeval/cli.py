@@ -13,6 +13,7 @@ from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
 from capeval.commands import benchmark, regions, score, train
 from capeval.commands.arguments import in_flags
+from capeval.configuration import ConfigError
 from capeval.inputs import InputError
 from capeval.version import __version__
 
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line; bad input or a missing file prints one line to stderr and returns 2.
+    """Run the command line; bad input, a missing file or an unreadable model config prints one line to stderr and
+    returns 2; Ctrl-C prints one line and returns 130.
 
     Warnings print as one line each (``capeval score: warning: ...``), without source locations.
     """
@@ -45,10 +47,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with warnings.catch_warnings(), _third_party_bars(shown=args.verbose):
             warnings.showwarning = show_warning
             return args.handler(args)
-    except (InputError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
+    except (InputError, ConfigError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
         message = " ".join(str(error).split())
         print(f"{prefix}: error: {in_flags(message)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
     finally:
         if not group_before and _process_group_initialized():
             _leave_process_group()

@@ -17,6 +17,11 @@ CONFIG_NAME = "config.json"
 _Config = TypeVar("_Config", bound="JsonConfig")
 
 
+class ConfigError(ValueError):
+    """A configuration that cannot be read: an unknown or missing field, another ``model_type``, a malformed
+    ``config.json``."""
+
+
 def _json_value(value: Any) -> Any:
     """``value`` of :func:`dataclasses.asdict` with tuples as lists, as JSON reads them back."""
     if isinstance(value, dict):
@@ -59,22 +64,22 @@ class JsonConfig:
 
     @classmethod
     def from_dict(cls: Type[_Config], values: Mapping[str, Any], *, complete: bool = False) -> _Config:
-        """The configuration of ``values``; ``ValueError`` for an unknown field, another ``model_type``, or (when
-        ``complete``) a field it leaves out, in it or in a nested configuration."""
+        """The configuration of ``values``; :class:`ConfigError` for an unknown field, another ``model_type``, or
+        (when ``complete``) a field it leaves out, in it or in a nested configuration."""
         values = dict(values)
         if cls.model_type is not None:
             model_type = values.pop("model_type", cls.model_type)
             if model_type != cls.model_type:
-                raise ValueError(f"config has model_type {model_type!r}, expected {cls.model_type!r}")
+                raise ConfigError(f"config has model_type {model_type!r}, expected {cls.model_type!r}")
         annotations = typing.get_type_hints(cls)
         known = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
+            raise ConfigError(f"unknown {cls.__name__} fields: {unknown}")
         missing = [name for name in known if name not in values] if complete else []
         if missing:
-            raise ValueError(f"{cls.__name__} fields missing: {sorted(missing)}; a model's config states every field "
-                             "(a default would silently change the scores)")
+            raise ConfigError(f"{cls.__name__} fields missing: {sorted(missing)}; a model's config states every field "
+                              "(a default would silently change the scores)")
         return cls(**{name: _field_value(annotations[name], value, complete) for name, value in values.items()})
 
     def save(self, folder: Union[str, Path]) -> Path:
@@ -85,10 +90,10 @@ class JsonConfig:
 
     @classmethod
     def load(cls: Type[_Config], folder: Union[str, Path]) -> _Config:
-        """The configuration of ``<folder>/config.json``, which must state every field; ``ValueError`` naming the
-        file otherwise."""
+        """The configuration of ``<folder>/config.json``, which must state every field; :class:`ConfigError` naming
+        the file otherwise (also for a file that is not UTF-8 JSON)."""
         path = Path(folder) / CONFIG_NAME
         try:
             return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), complete=True)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
+        except ValueError as error:  # ConfigError, JSONDecodeError, UnicodeDecodeError
+            raise ConfigError(f"{path}: {error}") from None

@@ -16,7 +16,7 @@ import numpy as np
 from capeval.cache import text_key
 from capeval.engine import EmbeddingEngine
 from capeval.functional import tigerscore as functional
-from capeval.inputs import ImageItem, ScoringItems, iter_scoring_items, validate_image
+from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
@@ -79,7 +79,7 @@ class TIGErScore(Scorer):
         check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size)
         super().__init__(device, precision, chunk_size=chunk_size)
         if self.precision != "fp32":
-            raise ValueError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
+            raise InputError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
                              f"{self.precision!r}")
         self.scan = load_scan(model if model is not None else self.family.default_model, revision, self.device)
         self._region_source = regions

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from capeval.configuration import ConfigError
 from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.scan.configuration import ScanConfig
 
@@ -25,7 +26,7 @@ def test_a_config_missing_a_field_is_refused_naming_it(tmp_path: Path, path: tup
         holder = holder[key]
     del holder[path[-1]]
     (tmp_path / "config.json").write_text(json.dumps(values))
-    with pytest.raises(ValueError, match=rf"config\.json: .*fields missing: \['{path[-1]}'\]; a model's config states "
+    with pytest.raises(ConfigError, match=rf"config\.json: .*fields missing: \['{path[-1]}'\]; a model's config states "
                                          "every field"):
         BridgeConfig.load(tmp_path)
     assert BridgeConfig.from_dict(values) == BridgeConfig()  # a partial dict (a training recipe) keeps defaults
@@ -34,7 +35,7 @@ def test_a_config_missing_a_field_is_refused_naming_it(tmp_path: Path, path: tup
 def test_unknown_fields_and_another_model_type_are_refused(tmp_path: Path) -> None:
     values = {**BridgeConfig().to_dict(), "num_head": 4}
     (tmp_path / "config.json").write_text(json.dumps(values))
-    with pytest.raises(ValueError, match=r"config\.json: unknown BridgeConfig fields: \['num_head'\]"):
+    with pytest.raises(ConfigError, match=r"config\.json: unknown BridgeConfig fields: \['num_head'\]"):
         BridgeConfig.load(tmp_path)
-    with pytest.raises(ValueError, match="config has model_type 'other', expected 'scan'"):
+    with pytest.raises(ConfigError, match="config has model_type 'other', expected 'scan'"):
         ScanConfig.from_dict({"vocab_size": 10, "model_type": "other"})

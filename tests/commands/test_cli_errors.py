@@ -1,0 +1,54 @@
+"""User errors on the command line print one line and exit non-zero, never a traceback: an option a family cannot
+run with, a model folder with an unreadable config, Ctrl-C."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capeval.cli import main
+from capeval.commands import score
+from fixtures.paths import REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples" / "clipscore"
+
+
+def one_line_error(argv: list, capsys: pytest.CaptureFixture) -> str:
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "Traceback" not in error
+    return error
+
+
+def test_a_precision_the_family_cannot_run_at(capsys: pytest.CaptureFixture) -> None:
+    error = one_line_error(["score", "--metric", "tigerscore", "--images", str(EXAMPLES / "images"),
+                            "--candidates", str(EXAMPLES / "good_captions.json"), "--references",
+                            str(EXAMPLES / "refs.json"), "--model", str(REPO_ROOT), "--precision", "fp16"], capsys)
+    assert error.startswith("capeval score: error: TIGEr runs SCAN in fp32 as trained")
+
+
+def test_a_model_config_missing_a_field(tiny_openai_clip, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A BRIDGE folder whose config lacks a field: refused with the file and the field named."""
+    from capeval.models.bridge.configuration import BridgeConfig
+
+    folder = tmp_path / "bridge"
+    folder.mkdir()
+    values = BridgeConfig(backbone=str(tiny_openai_clip.hf_dir)).to_dict()
+    del values["num_heads"]
+    (folder / "config.json").write_text(json.dumps(values))
+    (folder / "model.safetensors").write_bytes(b"")
+    error = one_line_error(["score", "--metric", "bridge", "--images", str(EXAMPLES / "images"),
+                            "--candidates", str(EXAMPLES / "good_captions.json"), "--model", str(folder)], capsys)
+    assert f"{folder / 'config.json'}: BridgeConfig fields missing: ['num_heads']" in error
+
+
+def test_ctrl_c_prints_one_line(tiny_openai_clip, monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(score, "_score_by_key", interrupted)
+    assert main(["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images"), "--candidates",
+                 str(EXAMPLES / "good_captions.json"), "--model", str(tiny_openai_clip.hf_dir)]) == 130
+    assert capsys.readouterr().err.strip() == "capeval score: interrupted"
