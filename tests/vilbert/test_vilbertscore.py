@@ -151,6 +151,12 @@ def test_images_use_the_regions_hook(model_folder, regions):
     assert result["vilbert_f1s"][0] == result["vilbert_f1s"][1]
 
 
+def test_a_regions_option_of_another_kind_is_refused(model_folder):
+    with pytest.raises(InputError, match=r"^regions must be None \(ViLBERT's detector\), a RegionExtractor or a "
+                                         r"function from an image entry to RegionFeatures; got str 'x152-fpn'$"):
+        capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions="x152-fpn")
+
+
 def test_bad_input_names_the_item(scorer, regions):
     good = regions[0]
     cases = [
