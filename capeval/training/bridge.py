@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from capeval.benchmarks.datasets import load_benchmark
 from capeval.benchmarks.statistics import correlations
 from capeval.engine import EmbeddingEngine
+from capeval.configuration import ConfigError
 from capeval.inputs import InputError, validate_image
 from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.bridge.encoders import TemplateRows, decode_template_row
@@ -42,6 +43,7 @@ from capeval.models.bridge.templates import MaskedTemplate, NounChunker, Tagger,
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.clip.modeling import pooled_text_states
 from capeval.models.clip.preprocessing import pad_token_ids
+from capeval.options import check_positive_int
 from capeval.runtime import process_state
 from capeval.scorers.bridge import BRIDGEScore
 from capeval.version import __version__
@@ -90,12 +92,38 @@ class TrainingConfig:
     validation_images: Optional[str] = None
     """Folder of the Flickr8k images (default: ``<validation_root>/Flicker8k_Dataset``)."""
 
+    def __post_init__(self) -> None:
+        """:class:`InputError` naming the option when a setting cannot train (no step, a learning rate that is not a
+        positive number, an unknown schedule...), before any data or model is loaded."""
+        for name in ("epochs", "batch_size", "checkpoint_every", "chunks_per_template", "caption_batch_size"):
+            check_positive_int(getattr(self, name), name)
+        check_positive_int(self.max_steps, "max_steps", optional=True)
+        for name in ("warmup_steps", "num_workers", "seed"):
+            check_positive_int(getattr(self, name), name, minimum=0)
+        for name, value, low in (("learning_rate", self.learning_rate, 0.0), ("weight_decay", self.weight_decay, None),
+                                 ("temperature", self.losses.temperature, 0.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                    (value <= low if low is not None else value < 0):
+                kind = "a positive" if low is not None else "a non-negative"
+                raise InputError(f"{name} must be {kind} finite number, got {value!r}")
+        for name, value, allowed in (("schedule", self.schedule, ("constant", "cosine")),
+                                     ("chunk_weights", self.chunk_weights, ("sampled", "template")),
+                                     ("mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))):
+            if value not in allowed:
+                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "TrainingConfig":
+        """The run of a dict :meth:`to_dict` gave; :class:`~capeval.configuration.ConfigError` for unknown keys."""
         values = dict(data)
+        for owner, known, given in (("TrainingConfig", {f.name for f in fields(cls)}, values),
+                                    ("LossWeights", {f.name for f in fields(LossWeights)}, values.get("losses", {}))):
+            unknown = sorted(set(given) - known)
+            if unknown:
+                raise ConfigError(f"unknown {owner} fields: {unknown}")
         values["model"] = BridgeConfig.from_dict(values.get("model", {}))
         values["losses"] = LossWeights(**values.get("losses", {}))
         return cls(**values)

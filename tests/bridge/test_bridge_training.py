@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from capeval import BRIDGEScore
+from capeval import BRIDGEScore, InputError
+from capeval.configuration import ConfigError
 from capeval.training.bridge import BridgeTrainer, TrainingConfig
 from fixtures.bridge_models import TAGGED_WORDS, make_tiny_blip, synthetic_images, tiny_bridge_config, word_tagger
 from fixtures.paths import TESTS_DIR
@@ -123,3 +124,41 @@ def test_two_processes_follow_the_one_process_loss_curve(coco: dict, tmp_path: P
             tensor, theirs = torch.cat([tensor[:width], tensor[2 * width:]]), torch.cat([theirs[:width],
                                                                                          theirs[2 * width:]])
         torch.testing.assert_close(theirs, tensor, rtol=1e-3, atol=1e-4)  # lr 1e-3; AdamW amplifies rounding
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(epochs=0), "^epochs must be a positive integer, got 0$"),
+    (dict(learning_rate=float("nan")), "^learning_rate must be a positive finite number, got nan$"),
+    (dict(learning_rate=0), "^learning_rate must be a positive finite number, got 0$"),
+    (dict(weight_decay=-0.1), "^weight_decay must be a non-negative finite number, got -0.1$"),
+    (dict(batch_size=2.5), "^batch_size must be a positive integer, got float 2.5$"),
+    (dict(max_steps=0), "^max_steps must be a positive integer, got 0$"),
+    (dict(schedule="linear"), "^schedule must be one of constant, cosine, got 'linear'$"),
+])
+def test_options_that_cannot_train_are_refused_before_anything_loads(overrides: dict, message: str) -> None:
+    settings = dict(annotations="a.json", images="images", output_dir="out", num_workers=0, **overrides)
+    with pytest.raises(InputError, match=message):
+        TrainingConfig(**settings)
+
+
+def test_unknown_fields_of_a_saved_run_are_refused() -> None:
+    values = TrainingConfig(annotations="a.json", images="images", output_dir="out").to_dict()
+    assert TrainingConfig.from_dict(values).to_dict() == values
+    with pytest.raises(ConfigError, match=r"unknown TrainingConfig fields: \['epoch'\]"):
+        TrainingConfig.from_dict({**values, "epoch": 3})
+    with pytest.raises(ConfigError, match=r"unknown LossWeights fields: \['temp'\]"):
+        TrainingConfig.from_dict({**values, "losses": {"temp": 0.1}})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(num_heads=3), "num_heads 3 does not divide the backbone's text width 128"),
+    (dict(num_layers=0), "num_layers must be a positive integer, got 0"),
+    (dict(dropout=1.0), r"dropout must be in \[0, 1\), got 1.0"),
+])
+def test_a_mapping_network_that_cannot_be_built_is_refused(coco: dict, overrides: dict, message: str) -> None:
+    from capeval.models.bridge.modeling import BridgeModel
+    from capeval.models.clip.loading import load_backbone
+
+    config = tiny_bridge_config(coco["clip"], coco["blip"], **overrides)
+    with pytest.raises(ConfigError, match=f"^BRIDGE config: {message}$"):
+        BridgeModel(config, load_backbone(config.backbone, device="cpu").model)

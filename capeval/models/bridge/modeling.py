@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import CLIPModel
 
+from capeval.configuration import ConfigError
 from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.bridge.templates import MaskedTemplate
 from capeval.models.clip.modeling import image_grid_states, pooled_text_states_from_embeddings
@@ -52,6 +53,24 @@ class TemplateBatch:
                                                                 self.image_index)))
 
 
+def check_architecture(config: BridgeConfig, text_width: int) -> None:
+    """:class:`~capeval.configuration.ConfigError` naming the field when ``config`` cannot build a mapping network on
+    a CLIP text tower of width ``text_width`` (where torch would fail with a bare assertion or build a broken one)."""
+    problems = []
+    for name in ("num_layers", "num_heads", "feedforward_dim"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{name} must be a positive integer, got {value!r}")
+    if not problems and text_width % config.num_heads:
+        problems.append(f"num_heads {config.num_heads} does not divide the backbone's text width {text_width}")
+    if not (isinstance(config.dropout, (int, float)) and 0 <= config.dropout < 1):
+        problems.append(f"dropout must be in [0, 1), got {config.dropout!r}")
+    if config.activation not in ("relu", "gelu"):
+        problems.append(f"activation must be 'relu' or 'gelu', got {config.activation!r}")
+    if problems:
+        raise ConfigError("BRIDGE config: " + "; ".join(problems))
+
+
 class BridgeModel(nn.Module):
     """The trained parts of BRIDGE around a frozen CLIP model (held, not registered: ``state_dict`` and optimisers see
     only the trained parts)."""
@@ -63,6 +82,7 @@ class BridgeModel(nn.Module):
         clip.requires_grad_(False)
         text_width = clip.config.text_config.hidden_size
         projection_dim = clip.config.projection_dim
+        check_architecture(config, text_width)
         grid_width = projection_dim if config.visual_projection_first else clip.config.vision_config.hidden_size
         self.grid_projection = nn.Linear(grid_width, text_width)
         self.mask_embedding = nn.Parameter(torch.randn(text_width) * 0.02)
