@@ -3,15 +3,19 @@ it from, and the readers of the published files.
 
 Texts are whitespace-normalised (``" ".join(text.split())``) as the CLIPScore and PAC-S evaluation scripts do;
 nothing else is changed. Images are named relative to an images folder; :func:`check_images` fails early on missing
-files. The readers raise :class:`BenchmarkFormatError` naming the file, the entry and the problem.
+files. The readers raise :class:`BenchmarkFormatError` naming the file, the entry and the problem; pickles are read by
+:func:`read_pickle`, which executes nothing.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from capeval.inputs import InputError
 
@@ -83,7 +87,7 @@ class Benchmark:
         return list(dict.fromkeys(item.image for item in self.items))
 
 
-class BenchmarkFormatError(ValueError):
+class BenchmarkFormatError(InputError):
     """A benchmark file does not have the published layout; the message names the file, the entry and the problem."""
 
 
@@ -243,3 +247,62 @@ def as_references(values: Any, where: str) -> Tuple[str, ...]:
     if not isinstance(values, (list, tuple)) or not values:
         raise BenchmarkFormatError(f"{where}: expected a non-empty list of reference captions")
     return tuple(as_caption(value, f"{where}[{index}]") for index, value in enumerate(values))
+
+def _numpy_pickle_globals() -> Dict[Tuple[str, str], Any]:
+    """The globals a pickle of numpy arrays and numpy scalars names (``_reconstruct``, ``_frombuffer`` for protocol 5,
+    ``scalar``, ``ndarray``, ``dtype``), under the module names numpy 1 and numpy 2 write, each mapped to the
+    function this numpy rebuilds them with."""
+    reconstruct = np.zeros(1).__reduce__()[0]
+    frombuffer = np.zeros(1).__reduce_ex__(5)[0]
+    scalar = np.float64(0).__reduce__()[0]
+    admitted: Dict[Tuple[str, str], Any] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+    for package in ("numpy.core", "numpy._core"):
+        admitted[(f"{package}.multiarray", "_reconstruct")] = reconstruct
+        admitted[(f"{package}.multiarray", "scalar")] = scalar
+        admitted[(f"{package}.numeric", "_frombuffer")] = frombuffer
+    return admitted
+
+
+_PICKLE_GLOBALS = _numpy_pickle_globals()
+
+
+class _ReleaseUnpickler(pickle.Unpickler):
+    """Rebuilds numpy arrays, numpy scalars and plain values (lists, tuples, dicts, strings, numbers) and nothing
+    else: any other global a pickle names is refused when it is looked up, before anything could call it."""
+
+    def __init__(self, handle: Any, path: Path) -> None:
+        super().__init__(handle)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        admitted = _PICKLE_GLOBALS.get((module, name))
+        if admitted is None:
+            raise InputError(
+                f"{self.path}: refused to load the pickled global {module}.{name}; a benchmark pickle may hold only "
+                "numpy arrays, lists, strings and numbers, and nothing in it is executed"
+            )
+        return admitted
+
+
+def read_pickle(path: Path) -> Any:
+    """The value pickled in ``path``, read by an unpickler that admits only numpy arrays and plain values: an
+    :class:`InputError` names the file and any other global it names, which is never called."""
+    try:
+        with open(path, "rb") as handle:
+            return _ReleaseUnpickler(handle, path).load()
+    except InputError:
+        raise
+    except Exception as error:  # truncated or corrupt data: pickle and numpy raise many kinds
+        raise BenchmarkFormatError(f"{path}: not a readable pickle ({type(error).__name__}: {error})") from None
+
+
+def as_text_list(value: Any, where: str) -> List[str]:
+    """``value`` (a numpy array, as ``.tolist()`` reads it, or a list) as a list of strings, kept as released;
+    ``where`` names the file in the error."""
+    values = value.tolist() if isinstance(value, np.ndarray) else value
+    if not isinstance(values, list):
+        raise BenchmarkFormatError(f"{where}: expected an array or list of strings, found {type(value).__name__}")
+    for index, text in enumerate(values):
+        if not isinstance(text, str):
+            raise BenchmarkFormatError(f"{where}[{index}]: expected a string, found {type(text).__name__}")
+    return values
