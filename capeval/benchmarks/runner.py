@@ -1,10 +1,10 @@
 """Run any caption metric on a human-judgment benchmark and measure its agreement with the humans.
 
 A metric is any callable ``f(images, candidates, references) -> per-item scores`` (``images``: image file paths,
-or the benchmark's image names when no metric needs images; ``references``: one list of strings per item). It is
-called ONCE over all items, in benchmark order; items are not deduplicated (capeval's scorers encode each
-distinct image and text once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the
-call, ``signature: str``.
+or the benchmark's image names when no metric needs images; on a video benchmark, videos: feature file paths or
+:class:`capeval.video.VideoFeatures`; ``references``: one list of strings per item). It is called ONCE over all
+inputs, in benchmark order; items are not deduplicated (capeval's scorers encode each distinct image, video and text
+once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the call, ``signature: str``.
 """
 from __future__ import annotations
 
@@ -231,7 +231,13 @@ def _check_run_options(
 def _image_root(
     benchmark: Benchmark, metrics: Mapping[str, MetricFn], image_dir: Optional[Union[str, "os.PathLike[str]"]]
 ) -> Optional[Path]:
-    """The images folder (``image_dir``, else the benchmark's own), its images checked when a metric needs them."""
+    """The images folder (``image_dir``, else the benchmark's own), its images checked when a metric needs them; a
+    video benchmark's features folder."""
+    if benchmark.video is not None:
+        if image_dir is not None:
+            raise InputError(f"benchmark {benchmark.name!r} reads its videos' feature files from "
+                             f"{benchmark.video.features_dir!r}; it takes no images folder")
+        return Path(benchmark.video.features_dir)
     needing_images = [name for name, metric in metrics.items() if getattr(metric, "needs_images", True)]
     folder = image_dir if image_dir is not None else benchmark.image_dir
     image_root = Path(folder) if folder else None
@@ -277,20 +283,23 @@ def run_benchmark(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-    ties: str = "half",
+    ties: Optional[str] = None,
     on_metric: Optional[Callable[[str], None]] = None,
     progress: bool = False,
 ) -> BenchmarkResult:
     """Score ``benchmark`` with every metric and compute its statistics, bootstrap intervals and paired comparisons.
 
     ``image_dir`` defaults to ``benchmark.image_dir``; images are checked before any metric runs when a metric
-    needs them (FileNotFoundError naming the missing files). ``n_resamples`` image-level bootstrap resamples
+    needs them (FileNotFoundError naming the missing files). A video benchmark reads its features folder
+    (``benchmark.video``) and takes no ``image_dir``. ``n_resamples`` image-level (video-level) bootstrap resamples
     (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the first one
-    on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
-    ``on_metric(name)`` is called before each metric runs. ``progress`` shows a bar for each metric's scoring and
-    for each bootstrap (scorers made with ``progress=True`` add their encoding bars). The benchmark's task
-    (:mod:`capeval.benchmarks.tasks`) says what the metrics are called with and which statistics they get.
+    on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``;
+    ``None``: the benchmark's protocol, ``benchmark.ties``). ``on_metric(name)`` is called before each metric runs.
+    ``progress`` shows a bar for each metric's scoring and for each bootstrap (scorers made with ``progress=True``
+    add their encoding bars). The benchmark's task (:mod:`capeval.benchmarks.tasks`) says what the metrics are
+    called with and which statistics they get.
     """
+    ties = benchmark.ties if ties is None else ties
     _check_run_options(metrics, n_resamples, confidence, seed, ties)
     kind = task_type(benchmark)
     image_root = _image_root(benchmark, metrics, image_dir)
