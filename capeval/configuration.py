@@ -26,10 +26,10 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def _field_value(annotation: Any, value: Any) -> Any:
+def _field_value(annotation: Any, value: Any, complete: bool) -> Any:
     """A JSON value read back as the field's type: a nested config from its dict, a tuple from a list."""
     if isinstance(annotation, type) and issubclass(annotation, JsonConfig) and isinstance(value, Mapping):
-        return annotation.from_dict(value)
+        return annotation.from_dict(value, complete=complete)
     if typing.get_origin(annotation) is tuple and isinstance(value, list):
         return tuple(value)
     return value
@@ -39,8 +39,9 @@ class JsonConfig:
     """Mixin of a dataclass configuration saved as ``config.json``.
 
     :meth:`from_dict` takes the dict :meth:`to_dict` gives (or that JSON read back): fields it leaves out keep their
-    defaults, a field it does not know is an error, nested configurations and tuples are rebuilt from their JSON
-    dicts and lists.
+    defaults (unless ``complete``), a field it does not know is an error, nested configurations and tuples are
+    rebuilt from their JSON dicts and lists. :meth:`load` reads a model folder's ``config.json``, which must state
+    every field: a missing key would silently take a default and change the scores.
     """
 
     model_type: ClassVar[Optional[str]] = None
@@ -57,8 +58,9 @@ class JsonConfig:
         return values
 
     @classmethod
-    def from_dict(cls: Type[_Config], values: Mapping[str, Any]) -> _Config:
-        """The configuration of ``values``; ``ValueError`` for an unknown field or another ``model_type``."""
+    def from_dict(cls: Type[_Config], values: Mapping[str, Any], *, complete: bool = False) -> _Config:
+        """The configuration of ``values``; ``ValueError`` for an unknown field, another ``model_type``, or (when
+        ``complete``) a field it leaves out, in it or in a nested configuration."""
         values = dict(values)
         if cls.model_type is not None:
             model_type = values.pop("model_type", cls.model_type)
@@ -69,7 +71,11 @@ class JsonConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown {cls.__name__} fields: {unknown}")
-        return cls(**{name: _field_value(annotations[name], value) for name, value in values.items()})
+        missing = [name for name in known if name not in values] if complete else []
+        if missing:
+            raise ValueError(f"{cls.__name__} fields missing: {sorted(missing)}; a model's config states every field "
+                             "(a default would silently change the scores)")
+        return cls(**{name: _field_value(annotations[name], value, complete) for name, value in values.items()})
 
     def save(self, folder: Union[str, Path]) -> Path:
         """Write ``<folder>/config.json`` (indented, one trailing newline); returns its path."""
@@ -79,5 +85,10 @@ class JsonConfig:
 
     @classmethod
     def load(cls: Type[_Config], folder: Union[str, Path]) -> _Config:
-        """The configuration of ``<folder>/config.json``."""
-        return cls.from_dict(json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8")))
+        """The configuration of ``<folder>/config.json``, which must state every field; ``ValueError`` naming the
+        file otherwise."""
+        path = Path(folder) / CONFIG_NAME
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")), complete=True)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import unicodedata
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -140,14 +141,40 @@ def _array_to_pil(array: np.ndarray, index: int) -> Image.Image:
     raise InputError(f"images[{index}]: expected an HW or HWC (C in 1, 3, 4) array, got shape {array.shape}")
 
 
+def float32_rows(rows: np.ndarray, where: str, row_name: str) -> np.ndarray:
+    """Finite 2-D ``rows`` as C-contiguous float32, or an :class:`InputError` naming ``where`` and the first row whose
+    squared norm does not fit float32 (such a row, a value of 1e300 or a few near 3.4e38, becomes infinite or NaN in
+    the metrics' float32 arithmetic)."""
+    with np.errstate(over="ignore"):  # an overflow is what is being looked for
+        squares = np.square(rows.astype(np.float64)).sum(axis=1)
+    too_large = ~(squares <= np.finfo(np.float32).max)
+    if np.any(too_large):
+        row = int(np.flatnonzero(too_large)[0])
+        raise InputError(f"{where}: {row_name} {row} is too large for float32 arithmetic (its squared norm is "
+                         f"{squares[row]:.3g}; float32 holds at most 3.4e38)")
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+_INVISIBLE = frozenset({"Cc", "Cf"})
+"""Unicode categories of characters that show nothing: controls and format characters (zero-width space and
+joiners, the byte order mark, direction marks)."""
+
+
 def validate_caption(caption: object, where: str) -> str:
-    """Check that a caption is a non-blank string; ``where`` names it in the error (e.g. ``candidates[3]``)."""
+    """Check that a caption is a string of valid Unicode with some visible text; ``where`` names it in the error (e.g.
+    ``candidates[3]``)."""
     if caption is None:
         raise InputError(f"{where} is None; every caption must be a non-empty string")
     if not isinstance(caption, str):
         raise InputError(f"{where} has type {type(caption).__name__}; captions must be strings")
-    if not caption.strip():
-        raise InputError(f"{where} is empty; every caption must contain text")
+    try:
+        caption.encode("utf-8")
+    except UnicodeEncodeError as error:  # lone surrogates, as decoding with errors="surrogateescape" leaves them
+        raise InputError(f"{where} is not valid Unicode: {caption[error.start:error.end]!r} at character "
+                         f"{error.start} cannot be encoded as UTF-8") from None
+    if all(character.isspace() or unicodedata.category(character) in _INVISIBLE for character in caption):
+        raise InputError(f"{where} is empty; every caption must contain text"
+                         + ("" if not caption.strip() else " (it holds only invisible characters such as U+200B)"))
     return caption
 
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from capeval.inputs import InputError
+from capeval.inputs import InputError, float32_rows
 from capeval.options import check_positive_int
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class VideoFeatures:
         if not np.all(np.isfinite(features)):
             row = int(np.flatnonzero(~np.isfinite(features).all(axis=1))[0])
             raise InputError(f"{where}: features hold NaN or infinite values (frame {row})")
-        return VideoFeatures(np.ascontiguousarray(features, dtype=np.float32), self.source)
+        return VideoFeatures(float32_rows(features, where, "frame"), self.source)
 
     def content_key(self) -> str:
         """A hash of the features as float32 (not of the source): equal features share cache rows whatever file or

@@ -53,6 +53,17 @@ def capeval_test_device() -> str:
     return device
 
 
+@pytest.fixture
+def strict_fp32(capeval_test_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """IEEE fp32 matmuls and convolutions on CUDA (no TF32) while a parity test runs: TF32 rounds their inputs to 10
+    mantissa bits (about 5e-4 relative), a precision choice rather than a parity question."""
+    import torch
+
+    if torch.device(capeval_test_device).type == "cuda":
+        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
 @pytest.fixture(scope="session")
 def capeval_test_papers() -> Path:
     """Folder of the papers' plain-text versions (``pacscore-sarto2023.txt``...)."""

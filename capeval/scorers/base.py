@@ -12,7 +12,7 @@ import queue
 import threading
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -63,6 +63,21 @@ def validated_ahead(chunks: Iterator[ScoringItems]) -> Iterator[ScoringItems]:
             except queue.Empty:
                 pass
         thread.join()
+
+
+class LoadedModel(Protocol):
+    """What a result signature records of a loaded model."""
+
+    name: str
+    revision: Optional[str]
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+def model_revision(model: LoadedModel) -> str:
+    """The revision a signature records: the hub revision, or ``local-<content hash>`` of a local folder."""
+    return model.revision if model.revision is not None else f"local-{model.fingerprint[:12]}"
 
 
 class Scorer(ABC):

@@ -21,7 +21,7 @@ from capeval.models.bridge.templates import NounChunker, Tagger
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
-from capeval.scorers.base import Scorer
+from capeval.scorers.base import Scorer, model_revision
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -84,11 +84,8 @@ class BRIDGEScore(Scorer):
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
         bridge, templates = self.bridge, self.config.templates
-        revision = bridge.revision if bridge.revision is not None else f"local-{bridge.fingerprint[:12]}"
-        backbone = bridge.backbone
-        backbone_revision = backbone.revision if backbone.revision is not None else f"local-{backbone.fingerprint[:12]}"
-        return [("model", bridge.name), ("revision", revision), ("backbone", backbone.name),
-                ("backbone_revision", backbone_revision), ("w", self.config.weight),
+        return [("model", bridge.name), ("revision", model_revision(bridge)), ("backbone", bridge.backbone.name),
+                ("backbone_revision", model_revision(bridge.backbone)), ("w", self.config.weight),
                 ("prompt", repr(self.config.prompt)), ("normalize_before_mean", self.config.normalize_before_mean),
                 ("captioner", templates.captioner), ("captioner_revision", templates.captioner_revision),
                 ("captioner_prompt", repr(templates.prompt)),

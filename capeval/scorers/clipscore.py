@@ -18,7 +18,7 @@ from capeval.models.clip.loading import load_backbone
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
-from capeval.scorers.base import Scorer
+from capeval.scorers.base import Scorer, model_revision
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -87,9 +87,8 @@ class EmbeddingScorer(Scorer):
         return f"ref_{self.metric_name}"
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        backbone = self.backbone
-        revision = backbone.revision if backbone.revision is not None else f"local-{backbone.fingerprint[:12]}"
-        return [("model", backbone.name), ("revision", revision), ("w", self.weight), ("prompt", repr(self.prompt))]
+        return [("model", self.backbone.name), ("revision", model_revision(self.backbone)), ("w", self.weight),
+                ("prompt", repr(self.prompt))]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, self.backbone.text_transform.context_length)

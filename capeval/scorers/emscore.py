@@ -28,7 +28,7 @@ from capeval.models.clip.loading import load_backbone
 from capeval.options import check_positive_int, check_scorer_options
 from capeval.registry import EMSCORE_VIEWS, FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
-from capeval.scorers.base import Scorer
+from capeval.scorers.base import Scorer, model_revision
 from capeval.video import VideoInput, VideoItem, decoder_version, validate_video
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -229,9 +229,7 @@ class EMScore(Scorer):
     # ---------------------------------------------------------------------------------------------------------------
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        backbone = self.backbone
-        revision = backbone.revision if backbone.revision is not None else f"local-{backbone.fingerprint[:12]}"
-        return [("model", backbone.name), ("revision", revision), ("idf", self._idf_source),
+        return [("model", self.backbone.name), ("revision", model_revision(self.backbone)), ("idf", self._idf_source),
                 ("frames", "all" if self.num_frames is None else self.num_frames),
                 ("decoder", decoder_version() or "none")]
 

@@ -25,7 +25,7 @@ from capeval.models.scan.loading import load_scan
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
-from capeval.scorers.base import Scorer
+from capeval.scorers.base import Scorer, model_revision
 
 PathLike = Union[str, "os.PathLike[str]"]
 RegionSource = Union[None, str, "os.PathLike[str]", Callable[[List[Any]], List[RegionFeatures]]]
@@ -92,11 +92,10 @@ class TIGErScore(Scorer):
         self._keyed = KeyedRegionsMemo(feature_dim=self.scan.config.img_dim, num_regions=NUM_REGIONS)
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        scan = self.scan
-        revision = scan.revision if scan.revision is not None else f"local-{scan.fingerprint[:12]}"
         import nltk
 
-        return [("model", scan.name), ("revision", revision), ("lambda", scan.config.lambda_softmax),
+        scan = self.scan
+        return [("model", scan.name), ("revision", model_revision(scan)), ("lambda", scan.config.lambda_softmax),
                 ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
 
     def score(self, images: Iterable[Any], candidates: Iterable[str],

@@ -31,7 +31,7 @@ from capeval.models.vilbert.tokenization import MAX_LENGTH
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike
-from capeval.scorers.base import Scorer
+from capeval.scorers.base import Scorer, model_revision
 
 PathLike = Union[str, "os.PathLike[str]"]
 RegionSource = Union[RegionExtractor, Callable[[Any], RegionFeatures], None]
@@ -111,9 +111,7 @@ class ViLBERTScore(Scorer):
         self._undefined_f1 = 0
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        vilbert = self.vilbert
-        revision = vilbert.revision if vilbert.revision is not None else f"local-{vilbert.fingerprint[:12]}"
-        return [("model", vilbert.name), ("revision", revision), ("task", self.task_id), ("layer", self.layer),
+        return [("model", self.vilbert.name), ("revision", model_revision(self.vilbert)), ("task", self.task_id), ("layer", self.layer),
                 ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"), ("refs", "mean")]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:

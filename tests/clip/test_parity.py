@@ -28,16 +28,13 @@ SCORE_TOLERANCE = {"cpu": (2e-6, 1e-6), "cuda": (1e-5, 5e-6)}
 """(per-item, corpus-mean) absolute tolerance of capeval's fp32 scores against the float64 reference, by device type.
 cpu: fp32 rounding of the tiny model's forward. cuda: GPU kernels sum in other orders than the CPU ones (split
 reductions, fused multiply-adds, algorithms chosen per shape), so a few more fp32 roundings reach the features; TF32
-is switched off for these tests (see ``_strict_fp32``), because TF32 rounds matmul and convolution inputs to 10
+is switched off for these tests (see conftest's ``strict_fp32``), because TF32 rounds matmul and convolution inputs to 10
 mantissa bits (about 5e-4 relative), a precision choice rather than a parity question."""
 
 
 @pytest.fixture(autouse=True)
-def _strict_fp32(capeval_test_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """IEEE fp32 matmuls and convolutions on CUDA (no TF32) while a parity test runs."""
-    if torch.device(capeval_test_device).type == "cuda":
-        monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+def _parity_in_fp32(strict_fp32: None) -> None:
+    """Every test here runs with IEEE fp32 products on CUDA (conftest's ``strict_fp32``)."""
 
 
 def _variants(path: Path, directory: Path) -> List[Path]:

@@ -116,7 +116,7 @@ def test_unreadable_cache_file_is_set_aside(flickr_images, tiny_openai_clip, tmp
         leftover.unlink()
     text_db.write_bytes(b"this is not a database" * 100)
     scorer = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
-    with pytest.warns(UserWarning, match="unreadable"):
+    with pytest.warns(UserWarning, match="is damaged .*moved to .*corrupt"):
         assert scorer.score(images, candidates) == expected
     assert scorer.engine.encoded == {"image": 0, "text": 7}
 

@@ -391,6 +391,8 @@ BAD_ENTRIES: List[Tuple[str, object, str]] = [
     ("bytes", b"\x00\x00", r"^videos\[3\] has type bytes; expected a video file path"),
     ("nan features", VideoFeatures(np.full((2, 16), np.nan)), r"^videos\[3\]: features hold NaN or infinite values "
                                                               r"\(frame 0\)$"),
+    ("huge features", VideoFeatures(np.full((2, 16), 1e300)),
+     r"^videos\[3\]: frame 0 is too large for float32 arithmetic \(its squared norm is inf; float32 holds "),
     ("named features", VideoFeatures(np.zeros((2, 3)), source="clip7.pt"),
      r"^videos\[3\] \(clip7\.pt\): features have width 3; this model needs 16$"),
 ]

@@ -190,3 +190,49 @@ def test_pac_s_of_videos_needs_videos_or_images_not_both(tiny_openai_clip: TinyC
     result = pac.score(candidates=CANDIDATES[:1], videos=videos[:1])
     assert set(result) == {"pac_score", "pac_scores", "signature"}
     assert result["signature"].startswith("pac_score|model:")
+
+
+DISTRIBUTED_SCRIPT = """
+import json, sys
+from capeval import EMScore
+model, out, cache, videos = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+candidates, references = json.loads(sys.argv[5]), json.loads(sys.argv[6])
+scorer = EMScore(model=model, device="cpu", num_workers=0, cache_dir=cache)
+result = scorer.score(videos, candidates, references)
+result["encoded"] = scorer.engine.encoded
+assert scorer.engine.state.num_processes == 2
+json.dump(result, open(f"{out}/rank{scorer.engine.state.process_index}.json", "w"))
+scorer.engine.state.destroy_process_group()
+"""
+
+
+def test_two_processes_equal_one_and_fill_the_cache_together(tiny_openai_clip: TinyClip, videos: List[Path],
+                                                             tmp_path: Path) -> None:
+    """Under ``accelerate launch`` the videos and captions to encode are dealt out over the processes; every
+    process gets every item's scores, equal to one process's, and the cache they filled serves a later run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "score.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               "29519", str(script), str(tiny_openai_clip.hf_dir), str(tmp_path), str(tmp_path / "cache"),
+               ",".join(map(str, videos)), json.dumps(CANDIDATES), json.dumps(REFERENCES)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    encoded = [rank.pop("encoded") for rank in ranks]
+    assert [count["video_frames"] for count in encoded] == [2, 1]  # one video per batch, dealt in turn
+    assert sum(count["text_tokens"] for count in encoded) == len(CANDIDATES) + sum(map(len, REFERENCES))
+    warm = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0, cache_dir=tmp_path / "cache")
+    from_cache = warm.score(videos, CANDIDATES, REFERENCES)
+    assert warm.engine.encoded == {"text_tokens": 0, "video_frames": 0}
+    assert ranks[0] == ranks[1] == from_cache
+    single = per_item(EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0).score(
+        videos, CANDIDATES, REFERENCES))
+    for name, values in per_item(from_cache).items():
+        np.testing.assert_allclose(values, single[name], rtol=1e-6, atol=1e-7, err_msg=name)

@@ -86,7 +86,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
     if expected is not None and spec.name != expected.name:
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
-    detector = spec.model_class()(spec.config_class.from_dict(values))
+    detector = spec.model_class()(spec.config_class.from_dict(values, complete=True))
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.fingerprint = folder_fingerprint(folder)
     detector.revision = revision

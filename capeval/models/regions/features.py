@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from capeval.inputs import InputError
+from capeval.inputs import InputError, float32_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +59,7 @@ class RegionFeatures:
                     row = int(np.flatnonzero(outside)[0])
                     raise InputError(f"{where}.boxes[{row}] = {boxes[row].tolist()} lies outside the "
                                      f"{width:g}x{height:g} image")
-        return RegionFeatures(np.ascontiguousarray(features, dtype=np.float32), boxes, size)
+        return RegionFeatures(float32_rows(features, f"{where}.features", "region"), boxes, size)
 
     def content_key(self) -> str:
         """A hash of the features, boxes and image size: equal regions share cache rows whatever object holds them."""
