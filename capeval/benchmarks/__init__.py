@@ -1,5 +1,5 @@
-"""Human-judgment benchmarks (Flickr8k-Expert/CF, Composite, PASCAL-50S, FOIL, Polaris, Nebula, THumB) and the
-classic n-gram baselines (pycocoevalcap) evaluated on them.
+"""Human-judgment benchmarks (Flickr8k-Expert/CF, Composite, PASCAL-50S, FOIL, Polaris, Nebula, THumB; the video
+benchmarks VATEX-EVAL and ActivityNet-FOIL) and the classic n-gram baselines (pycocoevalcap) evaluated on them.
 
 ``load_benchmark`` reads a benchmark, ``run_benchmark`` scores it with any metric callables (``builtin_metrics``
 makes capeval's and the baselines'), ``markdown_report`` / ``write_report`` / ``result_to_dict`` report the result.
@@ -11,7 +11,10 @@ from .datasets import (
     BenchmarkFormatError,
     FoilItem,
     PairwiseItem,
+    ParagraphItem,
     RatedItem,
+    RatedVideoItem,
+    VideoSetup,
     available_benchmarks,
     check_images,
     load_benchmark,
@@ -27,7 +30,10 @@ __all__ = [
     "FoilItem",
     "MetricResult",
     "PairwiseItem",
+    "ParagraphItem",
     "RatedItem",
+    "RatedVideoItem",
+    "VideoSetup",
     "available_benchmarks",
     "builtin_metrics",
     "check_images",

@@ -35,7 +35,9 @@ STATISTIC_LABELS: Dict[str, str] = {
     "accuracy": "Accuracy",
 }
 
-_ITEM_UNITS = {"pairwise": "caption pairs", "foil": "captions"}
+_ITEM_UNITS = {"pairwise": "caption pairs", "foil": "captions", "video_foil": "paragraphs"}
+_CORRELATION_TASKS = ("correlation", "video_correlation")
+_FOIL_TASKS = ("foil", "video_foil")
 
 RESULTS_JSON = "results.json"
 RESULTS_MARKDOWN = "results.md"
@@ -66,6 +68,17 @@ def _percent(value: float) -> str:
     return f"{100.0 * value:.1f}"
 
 
+def _unit(result: BenchmarkResult) -> str:
+    """What the bootstrap resamples: the benchmark's images, or its videos."""
+    return "video" if result.benchmark.video is not None else "image"
+
+
+def _human_scores(result: BenchmarkResult) -> np.ndarray:
+    """One human score per item: its rating, or the mean of its raters' scores."""
+    human = np.asarray([item.human for item in result.benchmark.items], dtype=np.float64)
+    return human.mean(axis=1) if human.ndim == 2 else human
+
+
 def _estimate_dict(estimate: Estimate) -> Dict[str, Any]:
     return {
         "value": estimate.value,
@@ -77,17 +90,27 @@ def _estimate_dict(estimate: Estimate) -> Dict[str, Any]:
 
 def _items_dict(result: BenchmarkResult) -> Dict[str, Any]:
     items = result.benchmark.items
-    fields: Dict[str, Any] = {"key": [item.key for item in items], "image": [item.image for item in items]}
-    if result.benchmark.task == "correlation":
+    task = result.benchmark.task
+    unit = _unit(result)
+    fields: Dict[str, Any] = {"key": [item.key for item in items], unit: [getattr(item, unit) for item in items]}
+    if task in _CORRELATION_TASKS:
         fields["human"] = [item.human for item in items]
-    elif result.benchmark.task == "pairwise":
+    elif task == "pairwise":
         fields["label"] = [item.label for item in items]
         fields["category"] = [item.category for item in items]
     else:
         fields["is_foil"] = [item.is_foil for item in items]
-        fields["pair"] = [item.pair for item in items]
-    fields["scores"] = {name: metric.scores.tolist() for name, metric in result.metrics.items()}
+        if task == "foil":
+            fields["pair"] = [item.pair for item in items]
+    fields["scores"] = {name: _json_scores(metric.scores) for name, metric in result.metrics.items()}
     return fields
+
+
+def _json_scores(scores: np.ndarray) -> list:
+    """Scores as JSON values: NaN (a paragraph without a score, one of its segments holding no frame) as null."""
+    values = scores.astype(object)
+    values[np.isnan(scores)] = None
+    return values.tolist()
 
 
 def result_to_dict(result: BenchmarkResult) -> Dict[str, Any]:
@@ -104,11 +127,11 @@ def result_to_dict(result: BenchmarkResult) -> Dict[str, Any]:
             "primary_statistic": benchmark.primary_statistic,
             "reported_statistics": list(report_statistics(result)),
             "n_items": result.n_items,
-            "n_images": result.n_images,
-            "image_dir": result.image_dir,
+            f"n_{_unit(result)}s": result.n_images,
+            "features_dir" if benchmark.video is not None else "image_dir": result.image_dir,
         },
         "bootstrap": {
-            "unit": "image",
+            "unit": _unit(result),
             "n_resamples": result.n_resamples,
             "seed": result.seed,
             "confidence": result.confidence,
@@ -117,11 +140,17 @@ def result_to_dict(result: BenchmarkResult) -> Dict[str, Any]:
         "ties": result.ties,
         "method": {
             "scale": "statistics are fractions (correlations in [-1, 1], accuracies in [0, 1]); results.md shows x 100",
-            "correlations": "scipy.stats.kendalltau (variants b and c), spearmanr, pearsonr of (metric, human)",
+            "correlations": (
+                "the mean over the raters of scipy.stats.kendalltau (tau-b) and spearmanr of (metric scores rounded "
+                "to 4 decimals, rater's scores), rounded to 4 decimals (EMScore's compute_correlation_uniquehuman)"
+                if benchmark.task == "video_correlation"
+                else "scipy.stats.kendalltau (variants b and c), spearmanr, pearsonr of (metric, human)"
+            ),
             "pairwise_ties": f"a pair the metric scores equally counts {TIE_CREDITS[result.ties]} ({result.ties})",
             "bootstrap": (
-                f"{result.n_resamples} resamples of the images with replacement (all items of a drawn image "
-                f"included), numpy default_rng seed {result.seed}; {result.confidence:.0%} percentile intervals"
+                f"{result.n_resamples} resamples of the {_unit(result)}s with replacement (all items of a drawn "
+                f"{_unit(result)} included), numpy default_rng seed {result.seed}; {result.confidence:.0%} "
+                "percentile intervals"
             ),
             "comparison": (
                 "paired bootstrap (same resamples for both metrics) of metric - first metric; one-sided p-value of "
@@ -167,8 +196,9 @@ def markdown_report(result: BenchmarkResult) -> str:
     lines = [
         f"## {benchmark.name}",
         "",
-        f"{result.n_items:,} {_ITEM_UNITS.get(benchmark.task, 'items')}, {result.n_images:,} images. Values x 100; [{confidence} bootstrap interval over "
-        f"images, {result.n_resamples:,} resamples, seed {result.seed}].",
+        f"{result.n_items:,} {_ITEM_UNITS.get(benchmark.task, 'items')}, {result.n_images:,} {_unit(result)}s. "
+        f"Values x 100; [{confidence} bootstrap interval over {_unit(result)}s, {result.n_resamples:,} resamples, "
+        f"seed {result.seed}].",
         "",
         _markdown_row(["Metric"] + [statistic_label(name, benchmark.task) for name in columns]),
         _markdown_row(["---"] + ["---:"] * len(columns)),
@@ -205,7 +235,7 @@ def markdown_report(result: BenchmarkResult) -> str:
                     ]
                 )
             )
-    if benchmark.task != "correlation":
+    if benchmark.task not in _CORRELATION_TASKS:
         lines += ["", f"A tie between the two captions of a pair counts {TIE_CREDITS[result.ties]:g}."]
     signatures = [(name, metric.signature) for name, metric in result.metrics.items() if metric.signature]
     if signatures:
@@ -269,6 +299,8 @@ def plot_statistics(result: BenchmarkResult, path: Union[str, "os.PathLike[str]"
     axes[0][0].set_yticklabels([metric_label(name) for name in ordered])
     subject = {
         "correlation": "correlation with human judgments",
+        "video_correlation": "correlation with human judgments (mean over raters)",
+        "video_foil": "correct paragraph scored above its foil",
         "pairwise": "agreement with human preferences",
         "foil": "correct caption scored above its foil",
     }[task]
@@ -303,8 +335,7 @@ def _rating_groups(human: np.ndarray, max_levels: int = 10, bins: int = 5) -> tu
 def plot_scores_vs_human(result: BenchmarkResult, path: Union[str, "os.PathLike[str]"]) -> None:
     """Per metric: box plots of the metric score per human rating level (binned when ratings are near-continuous)."""
     pyplot = _pyplot()
-    human = np.asarray([item.human for item in result.benchmark.items], dtype=np.float64)
-    masks, tick_labels, binned = _rating_groups(human)
+    masks, tick_labels, binned = _rating_groups(_human_scores(result))
     primary = result.benchmark.primary_statistic
     positions = np.arange(1, len(masks) + 1)
     grid_rows, grid_columns = _grid(len(result.metrics))
@@ -381,7 +412,8 @@ def plot_foil_scores(result: BenchmarkResult, path: Union[str, "os.PathLike[str]
     grid_rows, grid_columns = _grid(len(result.metrics))
     figure, axes = pyplot.subplots(grid_rows, grid_columns, figsize=(3.2 * grid_columns, 3.0 * grid_rows), squeeze=False)
     for axis, (name, metric) in zip(axes.ravel(), result.metrics.items()):
-        axis.boxplot([metric.scores[~is_foil], metric.scores[is_foil]], showfliers=False, widths=0.6,
+        scored = np.isfinite(metric.scores)
+        axis.boxplot([metric.scores[~is_foil & scored], metric.scores[is_foil & scored]], showfliers=False, widths=0.6,
                      medianprops={"color": "tab:orange", "linewidth": 2})
         axis.set_xticks([1, 2])
         axis.set_xticklabels(["correct", "foil"])
@@ -404,7 +436,7 @@ def write_report(result: BenchmarkResult, output_dir: Union[str, "os.PathLike[st
     markdown_path.write_text(markdown_report(result), encoding="utf-8")
     task = result.benchmark.task
     plots = {"statistics.png": plot_statistics}
-    if task == "correlation":
+    if task in _CORRELATION_TASKS:
         plots["scores_by_human_rating.png"] = plot_scores_vs_human
     elif task == "pairwise":
         plots["accuracy_by_category.png"] = plot_categories

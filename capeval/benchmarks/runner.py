@@ -1,10 +1,14 @@
 """Run any caption metric on a human-judgment benchmark and measure its agreement with the humans.
 
 A metric is any callable ``f(images, candidates, references) -> per-item scores`` (``images``: image file paths,
-or the benchmark's image names when no metric needs images; ``references``: one list of strings per item). It is
-called ONCE over all items, in benchmark order; items are not deduplicated (capeval's scorers encode each
-distinct image and text once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the
-call, ``signature: str``.
+or the benchmark's image names when no metric needs images; on a video benchmark, videos: feature file paths or
+:class:`capeval.video.VideoFeatures`; ``references``: one list of strings per item). It is called ONCE over all
+inputs, in benchmark order; items are not deduplicated (capeval's scorers encode each distinct image, video and text
+once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the call, ``signature: str``.
+
+The video metrics are EMScore's (``emscore``, ``ref_emscore``) and video PAC-S / RefPAC-S (``pac_s``,
+``ref_pac_s`` on a video benchmark): one ``capeval.EMScore`` scorer on EMScore's or on PAC-S's default model, made
+with the benchmark's IDF corpus and frame sampling (:class:`capeval.benchmarks.VideoSetup`).
 """
 from __future__ import annotations
 
@@ -19,14 +23,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from capeval.benchmarks.baselines import BASELINES
-from capeval.benchmarks.datasets import Benchmark, check_images
+from capeval.benchmarks.datasets import Benchmark, VideoSetup, check_images
 from capeval.benchmarks.statistics import (TIE_CREDITS, Estimate, ImageBootstrap, PairedComparison, paired_comparison,
                                            percentile_interval)
 from capeval.benchmarks.tasks import MetricInputs, task_type
 from capeval.inputs import InputError
 from capeval.models.regions.files import RegionLookup
 from capeval.options import check_positive_int
-from capeval.registry import BENCHMARK_METRICS, FAMILIES, scorer_class
+from capeval.registry import BENCHMARK_METRICS, FAMILIES, BenchmarkMetric, scorer_class
 
 if TYPE_CHECKING:
     from capeval.scorers.base import Scorer
@@ -37,6 +41,18 @@ MetricFn = Callable[[List[str], List[str], List[List[str]]], Sequence[float]]
 
 BASELINE_METRICS: tuple[str, ...] = tuple(BASELINES)
 BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(BENCHMARK_METRICS)
+
+VIDEO_FAMILY = "emscore"
+"""The family whose scorer runs every video metric."""
+
+VIDEO_PAC_S: Dict[str, str] = {"pac_s": "emscore", "ref_pac_s": "ref_emscore"}
+"""Video PAC-S / RefPAC-S (the PAC-S paper, Sec. 3.2): the EMScore metric with the same references, on PAC-S's
+default model."""
+
+VIDEO_METRICS: tuple[str, ...] = tuple(
+    name for name, (family, _) in BENCHMARK_METRICS.items() if FAMILIES[family].inputs == "videos"
+) + tuple(VIDEO_PAC_S)
+"""The embedding metrics of the video benchmarks."""
 
 
 class ScorerMetric:
@@ -110,19 +126,61 @@ class RegionFeatureMetric(ScorerMetric):
         return super().__call__(regions, candidates, references)  # type: ignore[arg-type]
 
 
-def _check_metric_names(names: Sequence[str]) -> None:
-    """Raise InputError on a name that is not in ``BUILTIN_METRICS`` or is listed twice."""
+def video_metric(name: str) -> Tuple[BenchmarkMetric, str]:
+    """The EMScore result the video metric ``name`` reads (labelled as reports show it), and the family whose default
+    model it runs on: EMScore's own metrics, or video PAC-S / RefPAC-S (:data:`VIDEO_PAC_S`) on PAC-S's model."""
+    family, metric = BENCHMARK_METRICS[name]
+    if name not in VIDEO_PAC_S:
+        return metric, family
+    return BENCHMARK_METRICS[VIDEO_PAC_S[name]][1]._replace(label=metric.label), family
+
+
+def _check_metric_names(names: Sequence[str], benchmark: Optional[Benchmark]) -> None:
+    """Raise InputError on a name that is not in ``BUILTIN_METRICS``, is listed twice, or scores images on a video
+    benchmark (or videos on an image benchmark)."""
     unknown = [name for name in names if name not in BUILTIN_METRICS]
     if unknown:
         raise InputError(f"unknown metric(s) {', '.join(unknown)}; built-in metrics: {', '.join(BUILTIN_METRICS)}")
     duplicated = sorted({name for name in names if list(names).count(name) > 1})
     if duplicated:
         raise InputError(f"metric(s) listed twice: {', '.join(duplicated)}")
+    if benchmark is not None and benchmark.video is not None:
+        wrong = [name for name in names if name not in BASELINE_METRICS + VIDEO_METRICS]
+        if wrong:
+            raise InputError(f"metric(s) {', '.join(wrong)} score images; benchmark {benchmark.name!r} holds videos "
+                             f"(its metrics: the baselines, {', '.join(VIDEO_METRICS)})")
+        return
+    wrong = [name for name in names if name in VIDEO_METRICS and name not in VIDEO_PAC_S]
+    if wrong and benchmark is None:
+        raise InputError(f"metric(s) {', '.join(wrong)} score videos with a video benchmark's IDF corpus and frame "
+                         "sampling: pass benchmark=")
+    if wrong:
+        raise InputError(f"metric(s) {', '.join(wrong)} score videos; benchmark {benchmark.name!r} holds images")
+
+
+def _video_scorer_metric(
+    name: str,
+    model: Optional[ModelRef],
+    video: VideoSetup,
+    scorers: Dict[Tuple[str, Optional[str]], Scorer],
+    options: Dict[str, object],
+) -> ScorerMetric:
+    """Video metric ``name`` on ``model`` (``None``: the default of the family it stands for), its scorer shared by
+    the metrics of one model in ``scorers`` and made with the benchmark's IDF corpus and frame sampling."""
+    metric, default_of = video_metric(name)
+    if model is None and default_of != VIDEO_FAMILY:
+        model = FAMILIES[default_of].default_model
+    key = (VIDEO_FAMILY, None if model is None else os.fspath(model))
+    if key not in scorers:
+        scorers[key] = scorer_class(VIDEO_FAMILY)(model=model, idf_corpus=video.idf_corpus,
+                                                  num_frames=video.num_frames, **options)
+    return ScorerMetric(scorers[key], metric.result_key, metric.uses_references)
 
 
 def builtin_metrics(
     names: Sequence[str],
     *,
+    benchmark: Optional[Benchmark] = None,
     model: Optional[ModelRef] = None,
     models: Optional[Mapping[str, ModelRef]] = None,
     device: Optional[str] = None,
@@ -130,16 +188,19 @@ def builtin_metrics(
     progress: bool = False,
     regions: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, MetricFn]:
-    """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order.
+    """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order, to run on ``benchmark``.
 
     The metrics of one family (``capeval.registry.BENCHMARK_METRICS``) with the same model share one scorer
     (``clip_s``/``ref_clip_s`` one ``capeval.CLIPScore``, ``pac_s``/``ref_pac_s`` one ``capeval.PACScore``), so each
-    encodes every image and text once. ``models`` (metric name -> folder or hub id) and ``model`` choose the models,
-    see :func:`assign_models`. ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz``
-    keyed by image id, as ``capeval regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics
-    (``tiger``, ``vilbert_*``) their precomputed region features instead of the images.
+    encodes every image and text once. On a video benchmark (``benchmark.video``) the metrics are ``emscore``,
+    ``ref_emscore`` and video PAC-S / RefPAC-S ``pac_s``, ``ref_pac_s`` (:func:`video_metric`), run by
+    ``capeval.EMScore`` scorers made with the benchmark's IDF corpus and frame sampling; they need ``benchmark``.
+    ``models`` (metric name -> folder or hub id) and ``model`` choose the models, see :func:`assign_models`.
+    ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz`` keyed by image id, as ``capeval
+    regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics (``tiger``, ``vilbert_*``) their
+    precomputed region features instead of the images.
     """
-    _check_metric_names(names)
+    _check_metric_names(names, benchmark)
     chosen = assign_models(names, model, models)
     scorers: Dict[Tuple[str, Optional[str]], Scorer] = {}
     metrics: Dict[str, MetricFn] = {}
@@ -147,6 +208,10 @@ def builtin_metrics(
     for name in names:
         if name in BASELINE_METRICS:
             metrics[name] = BASELINES[name]
+            continue
+        if benchmark is not None and benchmark.video is not None:
+            metrics[name] = _video_scorer_metric(name, chosen[name], benchmark.video, scorers,
+                                                 {"device": device, "batch_size": batch_size, "progress": progress})
             continue
         family, metric = BENCHMARK_METRICS[name]
         key = (family, None if chosen[name] is None else os.fspath(chosen[name]))
@@ -231,7 +296,13 @@ def _check_run_options(
 def _image_root(
     benchmark: Benchmark, metrics: Mapping[str, MetricFn], image_dir: Optional[Union[str, "os.PathLike[str]"]]
 ) -> Optional[Path]:
-    """The images folder (``image_dir``, else the benchmark's own), its images checked when a metric needs them."""
+    """The images folder (``image_dir``, else the benchmark's own), its images checked when a metric needs them; a
+    video benchmark's features folder."""
+    if benchmark.video is not None:
+        if image_dir is not None:
+            raise InputError(f"benchmark {benchmark.name!r} reads its videos' feature files from "
+                             f"{benchmark.video.features_dir!r}; it takes no images folder")
+        return Path(benchmark.video.features_dir)
     needing_images = [name for name, metric in metrics.items() if getattr(metric, "needs_images", True)]
     folder = image_dir if image_dir is not None else benchmark.image_dir
     image_root = Path(folder) if folder else None
@@ -277,20 +348,23 @@ def run_benchmark(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
-    ties: str = "half",
+    ties: Optional[str] = None,
     on_metric: Optional[Callable[[str], None]] = None,
     progress: bool = False,
 ) -> BenchmarkResult:
     """Score ``benchmark`` with every metric and compute its statistics, bootstrap intervals and paired comparisons.
 
     ``image_dir`` defaults to ``benchmark.image_dir``; images are checked before any metric runs when a metric
-    needs them (FileNotFoundError naming the missing files). ``n_resamples`` image-level bootstrap resamples
+    needs them (FileNotFoundError naming the missing files). A video benchmark reads its features folder
+    (``benchmark.video``) and takes no ``image_dir``. ``n_resamples`` image-level (video-level) bootstrap resamples
     (seeded with ``seed``) give ``confidence`` percentile intervals; every metric is compared with the first one
-    on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``).
-    ``on_metric(name)`` is called before each metric runs. ``progress`` shows a bar for each metric's scoring and
-    for each bootstrap (scorers made with ``progress=True`` add their encoding bars). The benchmark's task
-    (:mod:`capeval.benchmarks.tasks`) says what the metrics are called with and which statistics they get.
+    on the same resamples. ``ties`` is the credit of a pairwise/FOIL tie (see ``statistics.TIE_CREDITS``;
+    ``None``: the benchmark's protocol, ``benchmark.ties``). ``on_metric(name)`` is called before each metric runs.
+    ``progress`` shows a bar for each metric's scoring and for each bootstrap (scorers made with ``progress=True``
+    add their encoding bars). The benchmark's task (:mod:`capeval.benchmarks.tasks`) says what the metrics are
+    called with and which statistics they get.
     """
+    ties = benchmark.ties if ties is None else ties
     _check_run_options(metrics, n_resamples, confidence, seed, ties)
     kind = task_type(benchmark)
     image_root = _image_root(benchmark, metrics, image_dir)

@@ -1,7 +1,9 @@
 """Agreement statistics between metric scores and human judgments, with image-level bootstrap intervals.
 
 Correlations (Kendall tau_b / tau_c, Spearman, Pearson) follow ``scipy.stats``; values are fractions in [-1, 1]
-(reports multiply by 100). Accuracies are fractions in [0, 1].
+(reports multiply by 100). Accuracies are fractions in [0, 1]. Several raters per item (VATEX-EVAL): the correlations
+with each rater, averaged, exactly as EMScore's ``compute_correlation_uniquehuman`` computes them
+(:func:`rater_mean_correlations`).
 
 Confidence intervals resample IMAGES with replacement: every item of a drawn image comes along, because the
 ratings of one image (several candidates, several raters) are not independent. An interval is the percentile
@@ -14,14 +16,24 @@ computed for all resamples at once from per-image totals.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Hashable, Mapping, Optional, Sequence
+from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
 
 CORRELATION_STATISTICS: tuple[str, ...] = ("kendall_tau_b", "kendall_tau_c", "spearman", "pearson")
 """Statistics of a correlation benchmark, in report order."""
+
+RATER_MEAN_STATISTICS: tuple[str, ...] = ("kendall_tau_b", "spearman")
+"""Statistics of a benchmark with several raters per item (VATEX-EVAL), each the mean over the raters."""
+
+ROUNDING = 4
+"""Decimals ``compute_correlation_uniquehuman`` rounds the scores and the averaged correlations to."""
+
+P_VALUE_BOUND = 0.01
+"""``compute_correlation_uniquehuman`` asserts that every p-value is below this."""
 
 TIE_CREDITS: Mapping[str, float] = {"half": 0.5, "wrong": 0.0}
 """Credit for a pair the metric scores equally: ``"half"`` (default, the expected accuracy of a coin flip) or ``"wrong"``."""
@@ -196,6 +208,31 @@ class ImageBootstrap:
         return totals
 
 
+def _replicates(
+    statistics: Callable[[np.ndarray, np.ndarray], Dict[str, float]],
+    names: Sequence[str],
+    metric: np.ndarray,
+    human: np.ndarray,
+    bootstrap: ImageBootstrap,
+    progress: bool,
+    description: str,
+) -> dict[str, np.ndarray]:
+    """``statistics(metric, human)`` on every bootstrap resample of the items (rows of ``human``, one column per
+    rater or a vector); NaN where a resample is constant in the metric or in a rater's scores."""
+    if metric.size != bootstrap.n_items:
+        raise ValueError(f"{metric.size} scores but the bootstrap was built for {bootstrap.n_items} items")
+    replicates = {name: np.full(bootstrap.n_resamples, np.nan) for name in names}
+    for resample in tqdm(range(bootstrap.n_resamples), desc=description, unit="resample", leave=False,
+                         disable=not progress):
+        indices = bootstrap.item_indices(resample)
+        metric_sample, human_sample = metric[indices], human[indices]
+        if metric_sample.min() == metric_sample.max() or np.any(human_sample.min(axis=0) == human_sample.max(axis=0)):
+            continue
+        for name, value in statistics(metric_sample, human_sample).items():
+            replicates[name][resample] = value
+    return replicates
+
+
 def correlation_replicates(
     metric: Sequence[float],
     human: Sequence[float],
@@ -208,18 +245,73 @@ def correlation_replicates(
 
     ``progress`` shows a bar over the resamples, labelled ``description``."""
     metric_vector, human_vector = _check_pair(metric, human)
-    if metric_vector.size != bootstrap.n_items:
-        raise ValueError(f"{metric_vector.size} scores but the bootstrap was built for {bootstrap.n_items} items")
-    replicates = {name: np.full(bootstrap.n_resamples, np.nan) for name in CORRELATION_STATISTICS}
-    for resample in tqdm(range(bootstrap.n_resamples), desc=description, unit="resample", leave=False,
-                         disable=not progress):
-        indices = bootstrap.item_indices(resample)
-        metric_sample, human_sample = metric_vector[indices], human_vector[indices]
-        if metric_sample.min() == metric_sample.max() or human_sample.min() == human_sample.max():
-            continue
-        for name, value in _correlations(metric_sample, human_sample).items():
-            replicates[name][resample] = value
-    return replicates
+    return _replicates(_correlations, CORRELATION_STATISTICS, metric_vector, human_vector, bootstrap, progress,
+                       description)
+
+
+def _check_raters(metric: Sequence[float], human: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The metric's scores rounded as ``compute_correlation_uniquehuman`` rounds them, and ``human`` as an
+    ``(items, raters)`` float array, both checked."""
+    metric_vector = _as_vector(metric, "metric scores")
+    human_matrix = np.asarray(human, dtype=np.float64)
+    if human_matrix.ndim != 2 or human_matrix.shape[0] != metric_vector.size:
+        raise ValueError(f"human scores must be (items, raters) for {metric_vector.size} items, got shape "
+                         f"{human_matrix.shape}")
+    for rater in range(human_matrix.shape[1]):
+        _check_pair(metric_vector, human_matrix[:, rater])
+    rounded = np.around(metric_vector.astype(np.float32), ROUNDING)
+    if rounded.min() == rounded.max():
+        raise ValueError(f"all metric scores round to {rounded[0]}: the correlation is undefined")
+    return rounded, human_matrix
+
+
+def _rater_means(rounded: np.ndarray, human: np.ndarray) -> Tuple[Dict[str, float], float]:
+    """Kendall tau-b and Spearman rho of ``rounded`` with each rater's scores, each summed over the raters in
+    order, divided by their number and rounded, as ``compute_correlation_uniquehuman`` does; and the largest
+    p-value."""
+    from scipy import stats as scipy_stats
+
+    raters = human.shape[1]
+    largest_p = 0.0
+    values = {}
+    for name, test in (("spearman", scipy_stats.spearmanr), ("kendall_tau_b", scipy_stats.kendalltau)):
+        total = 0.0
+        for rater in range(raters):
+            statistic, p_value = test(rounded, human[:, rater])
+            total += statistic
+            largest_p = max(largest_p, float(p_value))
+        values[name] = float(np.around(total / raters, ROUNDING))
+    return {name: values[name] for name in RATER_MEAN_STATISTICS}, largest_p
+
+
+def rater_mean_correlations(metric: Sequence[float], human: np.ndarray) -> dict[str, float]:
+    """EMScore's ``compute_correlation_uniquehuman``: the metric's scores rounded to 4 decimals as float32 (the
+    reference's scores are float32), then ``scipy.stats.kendalltau`` (tau-b) and ``spearmanr`` with each rater's
+    scores (columns of ``human``), each averaged over the raters and rounded to 4 decimals.
+
+    The reference asserts that every p-value is below 0.01; here the correlations are returned whatever their
+    p-values, with a warning when one is not."""
+    rounded, human_matrix = _check_raters(metric, human)
+    values, largest_p = _rater_means(rounded, human_matrix)
+    if largest_p >= P_VALUE_BOUND:
+        warnings.warn(f"a correlation with a rater has p-value {largest_p:.3g} (compute_correlation_uniquehuman "
+                      f"asserts p < {P_VALUE_BOUND}); the correlations are reported all the same", stacklevel=2)
+    return values
+
+
+def rater_mean_replicates(
+    metric: Sequence[float],
+    human: np.ndarray,
+    bootstrap: ImageBootstrap,
+    *,
+    progress: bool = False,
+    description: str = "bootstrap",
+) -> dict[str, np.ndarray]:
+    """:func:`rater_mean_correlations` on every bootstrap resample; NaN where a resample is constant in the rounded
+    scores or in a rater's scores."""
+    rounded, human_matrix = _check_raters(metric, human)
+    return _replicates(lambda scores, ratings: _rater_means(scores, ratings)[0], RATER_MEAN_STATISTICS, rounded,
+                       human_matrix, bootstrap, progress, description)
 
 
 def accuracy_replicates(

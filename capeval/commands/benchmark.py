@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from capeval.benchmarks.datasets import available_benchmarks, load_benchmark
+from capeval.benchmarks.datasets import available_benchmarks, benchmark_options, load_benchmark
 from capeval.benchmarks.report import markdown_report, write_report
 from capeval.benchmarks.runner import BUILTIN_METRICS, builtin_metrics, run_benchmark
 from capeval.commands.arguments import positive_int, region_families
@@ -19,7 +19,7 @@ from capeval.inputs import InputError
 from capeval.outputs import check_output_folder
 from capeval.registry import BENCHMARK_METRICS
 
-SOURCES = ("auto", "text", "json", "csv", "parquet", "hub", "amt", "jsonl")
+SOURCES = ("auto", "text", "json", "csv", "parquet", "hub", "amt", "jsonl", "pickle")
 """Values of ``load_benchmark(source=...)`` across the benchmarks (each benchmark accepts some, see its loader)."""
 
 def split_models(values: Optional[List[str]]) -> Tuple[Optional[str], Dict[str, str]]:
@@ -60,7 +60,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--dataset", required=True, choices=available_benchmarks(), help="which benchmark")
     parser.add_argument("--metric", required=True, action="append", choices=BUILTIN_METRICS,
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
-    parser.add_argument("--images", type=Path, help="folder holding the benchmark's images (embedding metrics)")
+    parser.add_argument("--images", type=Path,
+                        help="folder holding the benchmark's images (embedding metrics; the video benchmarks read "
+                             "the feature files of their release folder instead)")
     region_metrics = [name for family in region_families() for name in family.benchmark_metrics]
     parser.add_argument("--regions", type=Path,
                         help="precomputed region features keyed by image id (.npz as `capeval regions` writes, or a "
@@ -69,6 +71,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
+    parser.add_argument("--references", type=int, metavar="N",
+                        help="references kept per item, for the benchmarks that choose them: vatex-eval (0, 1 or 9 "
+                             "in the papers; default 1, as VATEX-EVAL-demo.py), foil (1 or 4; default 4), "
+                             "pascal-50s (default: all)")
     parser.add_argument("--composite-drop-first-reference", action="store_true",
                         help="composite: TIGEr's protocol, where the human candidate loses the image's first "
                              "reference (not the references equal to it) and machine candidates keep all")
@@ -82,8 +88,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="image-level bootstrap resamples for the 95%% intervals and paired tests (default 1000; "
                              "about 7 ms per resample and metric on Flickr8k-Expert)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
-    parser.add_argument("--ties", choices=["half", "wrong"], default="half",
-                        help="credit of a metric tie in pairwise / FOIL accuracy (default: half)")
+    parser.add_argument("--ties", choices=["half", "wrong"],
+                        help="credit of a metric tie in pairwise / FOIL accuracy (default: the benchmark's protocol: "
+                             "wrong for activitynet-foil, whose demo counts only strictly higher scores, half for "
+                             "the others)")
     parser.add_argument("--output", type=Path, help="folder for results.json, results.md and the plots")
     parser.set_defaults(handler=run)
     return parser
@@ -99,8 +107,13 @@ def run(args: argparse.Namespace) -> int:
         if args.dataset != "composite":
             raise InputError(f"--composite-drop-first-reference applies to --dataset composite, not {args.dataset}")
         options["drop_first_reference"] = True
+    if args.references is not None:
+        takers = [name for name in available_benchmarks() if "references" in benchmark_options(name)]
+        if args.dataset not in takers:
+            raise InputError(f"--references applies to --dataset {', '.join(takers)}, not {args.dataset}")
+        options["references"] = args.references
     benchmark = load_benchmark(args.dataset, args.data_root, source=args.source, **options)
-    metrics = builtin_metrics(args.metric, model=model, models=models, device=args.device,
+    metrics = builtin_metrics(args.metric, benchmark=benchmark, model=model, models=models, device=args.device,
                               batch_size=args.batch_size, progress=True, regions=args.regions)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "

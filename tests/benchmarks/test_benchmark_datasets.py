@@ -45,7 +45,8 @@ def _token_file() -> dict:
 
 def test_available_benchmarks() -> None:
     assert available_benchmarks() == [
-        "composite", "flickr8k-cf", "flickr8k-expert", "foil", "nebula", "pascal-50s", "polaris", "thumb"
+        "activitynet-foil", "composite", "flickr8k-cf", "flickr8k-expert", "foil", "nebula", "pascal-50s", "polaris",
+        "thumb", "vatex-eval",
     ]
 
 

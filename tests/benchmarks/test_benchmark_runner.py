@@ -264,6 +264,7 @@ def test_cli_writes_table_and_files(pascal50s, monkeypatch, tmp_path, capsys) ->
                  "--output", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert code == 0
+    assert requested.pop("benchmark").name == "pascal-50s"  # the scorers of video metrics read its video setup
     assert requested == {"names": ["cider", "bleu4"], "model": "some/model", "models": {}, "device": None,
                          "batch_size": 64, "progress": True, "regions": None}
     assert "| Metric | HC | HI | HM | MM | Mean |" in printed and "| CIDEr |" in printed

@@ -199,3 +199,44 @@ def test_paired_comparison_detects_the_better_metric() -> None:
     assert backward.ci_high < 0 and backward.p_value > 0.99
     same = statistics.paired_comparison("a", "a", "kendall_tau_c", tau_better, tau_better, rep_better, rep_better)
     assert (same.difference, same.ci_low, same.ci_high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Several raters per item (VATEX-EVAL)
+
+
+def test_rater_mean_correlations_are_compute_correlation_uniquehuman() -> None:
+    rng = np.random.default_rng(0)
+    quality = rng.integers(1, 6, size=80)
+    human = np.clip(quality[:, None] + rng.integers(-1, 2, size=(80, 3)), 1, 5).astype(np.float64)
+    metric = 0.1 * quality + rng.normal(0, 0.05, 80)
+    metric[:20] = 0.5 + rng.uniform(-4e-5, 4e-5, 20)  # distinct, but equal once rounded to 4 decimals
+    # compute_correlation_uniquehuman: round the (float32) scores to 4 decimals, average each correlation over the
+    # three raters, round the averages to 4 decimals
+    rounded = np.around(metric.astype(np.float32), 4)
+    kendall = sum(scipy_stats.kendalltau(rounded, human[:, rater])[0] for rater in range(3)) / 3
+    spearman = sum(scipy_stats.spearmanr(rounded, human[:, rater])[0] for rater in range(3)) / 3
+    values = statistics.rater_mean_correlations(metric, human)
+    assert values == {"kendall_tau_b": np.around(kendall, 4), "spearman": np.around(spearman, 4)}
+    unrounded = sum(scipy_stats.kendalltau(metric, human[:, rater])[0] for rater in range(3)) / 3
+    assert abs(np.around(unrounded, 4) - values["kendall_tau_b"]) > 1e-3  # the rounding makes ties, as the reference
+
+
+def test_rater_mean_correlations_warn_where_the_reference_asserts() -> None:
+    human = np.array([[1, 2, 3], [2, 2, 1], [3, 1, 2], [4, 5, 5], [5, 3, 4]], dtype=np.float64)
+    with pytest.warns(UserWarning, match=r"p-value .* asserts p < 0.01"):
+        values = statistics.rater_mean_correlations([0.1, 0.3, 0.2, 0.5, 0.4], human)
+    assert set(values) == {"kendall_tau_b", "spearman"}
+
+
+def test_rater_mean_replicates_are_the_statistics_of_each_resample() -> None:
+    rng = np.random.default_rng(5)
+    quality = rng.integers(1, 6, size=120)
+    human = np.clip(quality[:, None] + rng.integers(-1, 2, size=(120, 3)), 1, 5).astype(np.float64)
+    metric = 0.1 * quality + rng.normal(0, 0.05, 120)
+    bootstrap = statistics.ImageBootstrap([f"video{index // 6}" for index in range(120)], n_resamples=4, seed=1)
+    replicates = statistics.rater_mean_replicates(metric, human, bootstrap)
+    for resample in range(4):
+        indices = bootstrap.item_indices(resample)
+        expected = statistics.rater_mean_correlations(metric[indices], human[indices])
+        assert {name: values[resample] for name, values in replicates.items()} == expected
