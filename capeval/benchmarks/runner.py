@@ -187,6 +187,7 @@ def builtin_metrics(
     batch_size: int = 64,
     progress: bool = False,
     regions: Optional[Union[str, "os.PathLike[str]"]] = None,
+    cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, MetricFn]:
     """Metric callables for built-in names (``BUILTIN_METRICS``), in the given order, to run on ``benchmark``.
 
@@ -198,7 +199,8 @@ def builtin_metrics(
     ``models`` (metric name -> folder or hub id) and ``model`` choose the models, see :func:`assign_models`.
     ``progress`` shows the scorers' encoding progress bars. ``regions`` (a ``.npz`` keyed by image id, as ``capeval
     regions`` writes, or a bottom-up ``.tsv``) gives the region-based metrics (``tiger``, ``vilbert_*``) their
-    precomputed region features instead of the images.
+    precomputed region features instead of the images. ``cache_dir`` is every scorer's on-disk feature cache, so
+    that a second run (another benchmark on the same images, more metrics of a family) encodes only what is new.
     """
     _check_metric_names(names, benchmark)
     chosen = assign_models(names, model, models)
@@ -211,13 +213,14 @@ def builtin_metrics(
             continue
         if benchmark is not None and benchmark.video is not None:
             metrics[name] = _video_scorer_metric(name, chosen[name], benchmark.video, scorers,
-                                                 {"device": device, "batch_size": batch_size, "progress": progress})
+                                                 {"device": device, "batch_size": batch_size, "progress": progress,
+                                                  "cache_dir": cache_dir})
             continue
         family, metric = BENCHMARK_METRICS[name]
         key = (family, None if chosen[name] is None else os.fspath(chosen[name]))
         if key not in scorers:
             scorers[key] = scorer_class(family)(model=chosen[name], device=device, batch_size=batch_size,
-                                                progress=progress)
+                                                progress=progress, cache_dir=cache_dir)
         if regions is not None and FAMILIES[family].region_features:
             if region_lookup is None:
                 region_lookup = RegionLookup.from_file(regions)

@@ -84,6 +84,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                              "they are of one family (one scorer)")
     parser.add_argument("--device", help="torch device (default: Accelerate's)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per forward pass")
+    parser.add_argument("--cache-dir", type=Path,
+                        help="on-disk feature cache of the scorers: a later run on the same images and texts (another "
+                             "benchmark, more metrics) encodes only what is new")
     parser.add_argument("--bootstrap", type=positive_int, default=1000,
                         help="image-level bootstrap resamples for the 95%% intervals and paired tests (default 1000; "
                              "about 7 ms per resample and metric on Flickr8k-Expert)")
@@ -114,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         options["references"] = args.references
     benchmark = load_benchmark(args.dataset, args.data_root, source=args.source, **options)
     metrics = builtin_metrics(args.metric, benchmark=benchmark, model=model, models=models, device=args.device,
-                              batch_size=args.batch_size, progress=True, regions=args.regions)
+                              batch_size=args.batch_size, progress=True, regions=args.regions,
+                              cache_dir=args.cache_dir)
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
                            on_metric=lambda name: print(f"running {name} on {benchmark.name} "
                                                         f"({len(benchmark.items)} items)", file=sys.stderr),

@@ -12,9 +12,9 @@ from scipy import stats as scipy_stats
 from capeval.benchmarks import Benchmark, FoilItem, PairwiseItem, RatedItem, load_benchmark
 from capeval.benchmarks.report import write_report
 from capeval.benchmarks.runner import builtin_metrics, run_benchmark
-from capeval.cli import main
+from capeval.cli import build_parser, main
 from capeval.commands import benchmark as benchmark_command
-from fixtures.paths import TESTS_DATA
+from fixtures.paths import REPO_ROOT, TESTS_DATA
 
 
 
@@ -54,6 +54,21 @@ def test_clip_s_on_flickr8k_expert_end_to_end(flickr8k, tiny_openai_clip, tmp_pa
     assert "clip_s" in (tmp_path / "report" / "results.md").read_text()
     pngs = [path for path in paths if path.suffix == ".png"]
     assert len(pngs) >= 2 and all(Image.open(path).size[0] > 300 for path in pngs)
+
+
+def test_scorers_share_an_on_disk_cache(tiny_openai_clip, tmp_path) -> None:
+    """``cache_dir`` (``capeval benchmark --cache-dir``) reaches every scorer: a second run encodes nothing."""
+    images = sorted((REPO_ROOT / "examples" / "clipscore" / "images").glob("*.jpg"))
+    candidates, references = ["a dog"] * len(images), [["a cat"]] * len(images)
+    first = builtin_metrics(["ref_clip_s"], model=tiny_openai_clip.hf_dir, device="cpu", cache_dir=tmp_path / "c")
+    scores = first["ref_clip_s"](images, candidates, references)
+    assert sorted(path.name.split("-")[0] for path in (tmp_path / "c").glob("*.sqlite")) == ["image", "text"]
+    again = builtin_metrics(["ref_clip_s"], model=tiny_openai_clip.hf_dir, device="cpu", cache_dir=tmp_path / "c")
+    assert again["ref_clip_s"](images, candidates, references) == scores
+    assert again["ref_clip_s"].scorer.engine.encoded == {"image": 0, "text": 0}
+    parser = build_parser()
+    args = parser.parse_args(["benchmark", "--dataset", "flickr8k-expert", "--metric", "clip_s", "--cache-dir", "x"])
+    assert args.cache_dir == Path("x")
 
 
 def test_cli_fails_early_naming_missing_images(flickr8k, tiny_openai_clip, tmp_path, capsys) -> None:
