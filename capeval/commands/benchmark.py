@@ -115,14 +115,22 @@ def run(args: argparse.Namespace) -> int:
         if args.dataset not in takers:
             raise InputError(f"--references applies to --dataset {', '.join(takers)}, not {args.dataset}")
         options["references"] = args.references
+    from capeval.runtime import process_state
+
+    shown = process_state().is_main_process  # under accelerate launch, one process prints and writes
     benchmark = load_benchmark(args.dataset, args.data_root, source=args.source, **options)
     metrics = builtin_metrics(args.metric, benchmark=benchmark, model=model, models=models, device=args.device,
-                              batch_size=args.batch_size, progress=True, regions=args.regions,
+                              batch_size=args.batch_size, progress=shown, regions=args.regions,
                               cache_dir=args.cache_dir)
+
+    def announce(name: str) -> None:
+        if shown:
+            print(f"running {name} on {benchmark.name} ({len(benchmark.items)} items)", file=sys.stderr)
+
     result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
-                           on_metric=lambda name: print(f"running {name} on {benchmark.name} "
-                                                        f"({len(benchmark.items)} items)", file=sys.stderr),
-                           progress=True)
+                           on_metric=announce, progress=shown)
+    if not shown:
+        return 0
     print(markdown_report(result))
     if args.output is not None:
         for path in write_report(result, args.output):

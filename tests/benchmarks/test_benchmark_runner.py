@@ -281,13 +281,21 @@ def test_cli_writes_table_and_files(pascal50s, monkeypatch, tmp_path, capsys) ->
     assert code == 0
     assert requested.pop("benchmark").name == "pascal-50s"  # the scorers of video metrics read its video setup
     assert requested == {"names": ["cider", "bleu4"], "model": "some/model", "models": {}, "device": None,
-                         "batch_size": 64, "progress": True, "regions": None}
+                         "batch_size": 64, "progress": True, "regions": None, "cache_dir": None}
     assert "| Metric | HC | HI | HM | MM | Mean |" in printed and "| CIDEr |" in printed
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     assert report["bootstrap"]["n_resamples"] == 20 and report["bootstrap"]["seed"] == 4
     assert report["benchmark"]["n_items"] == 4000
     assert (tmp_path / "out" / "results.md").read_text().startswith("## pascal-50s")
 
+    class OtherProcess:
+        is_main_process = False
+
+    monkeypatch.setattr("capeval.runtime.process_state", OtherProcess)
+    assert main(["benchmark", "--dataset", "pascal-50s", "--data-root", str(pascal50s), "--metric", "cider",
+                 "--bootstrap", "2", "--output", str(tmp_path / "other")]) == 0
+    assert capsys.readouterr() == ("", "")  # under accelerate launch only the main process prints and writes
+    assert requested["progress"] is False and not (tmp_path / "other" / "results.json").exists()
 
 
 def test_cli_composite_drop_first_reference(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
