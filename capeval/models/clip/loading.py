@@ -77,6 +77,13 @@ def _image_transform(folder: Path) -> ImageTransform:
     return ImageTransform(int(size), tuple(config["image_mean"]), tuple(config["image_std"]))
 
 
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a CLIP model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_backbone` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), _HUB_FILES,
+                                "conversion/convert_clip.py")
+
+
 _CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], Backbone] = {}
 _LOCK = threading.Lock()
 
@@ -95,7 +102,7 @@ def load_backbone(
     key = (name, revision, str(target), dtype)
     with _LOCK:
         if key not in _CACHE:
-            folder = resolve_model_folder(name, revision, _HUB_FILES, "conversion/convert_clip.py")
+            folder = model_folder(name, revision)
             clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)
             tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does

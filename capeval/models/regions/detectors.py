@@ -72,6 +72,13 @@ def spec_for_model_type(model_type: str) -> DetectorSpec:
                      f"({', '.join(DETECTORS)})")
 
 
+def detector_folder(model: Union[str, Path], revision: Optional[str] = None) -> Path:
+    """The folder of a detector (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_detector` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), (CONFIG_NAME, WEIGHTS_NAME),
+                                "conversion/convert_regions.py")
+
+
 def load_detector(model: Union[str, Path], revision: Optional[str] = None,
                   device: Union[str, "torch.device", None] = None,
                   expected: Optional[DetectorSpec] = None) -> "nn.Module":
@@ -81,7 +88,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     from safetensors.torch import load_file
 
     revision = pinned_revision(str(model), revision)
-    folder = resolve_model_folder(str(model), revision, (CONFIG_NAME, WEIGHTS_NAME), "conversion/convert_regions.py")
+    folder = detector_folder(model, revision)
     values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
     spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
     if expected is not None and spec.name != expected.name:
