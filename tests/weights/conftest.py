@@ -1,0 +1,79 @@
+"""Fixtures of the weight-fetching tests: stand-in originals served by a loopback server that also stands in for the
+hub, an empty cache per test, and a guard that fails any connection to another host."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Dict, Iterator
+
+import huggingface_hub.constants
+import pytest
+
+from capeval.fetch import MIRROR_VARIABLE
+from capeval.models.clip import loading as clip_loading
+from capeval.models.scan import loading as scan_loading
+from capeval.models.vilbert import loading as vilbert_loading
+from capeval.originals import SOURCES, ModelSource
+from fixtures.originals_server import OriginalsServer, start_server
+from fixtures.stand_in_originals import stand_in_sources, write_stand_ins
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@pytest.fixture(scope="session")
+def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of stand-in originals, under their real file names."""
+    return write_stand_ins(tmp_path_factory.mktemp("originals"))
+
+
+@pytest.fixture(scope="session")
+def stand_in_table(stand_ins: Path) -> Dict[str, ModelSource]:
+    return stand_in_sources(stand_ins)
+
+
+@pytest.fixture(scope="session")
+def server(stand_ins: Path) -> Iterator[OriginalsServer]:
+    state, httpd = start_server(stand_ins)
+    yield state
+    httpd.shutdown()
+
+
+def refuse_other_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every connection to a host other than this machine fail the test (the real URLs are never contacted)."""
+    connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: object) -> None:
+        if isinstance(address, tuple) and address[0] not in LOOPBACK:
+            raise AssertionError(f"a test tried to connect to {address}")
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+def go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
+def online(server: OriginalsServer, stand_in_table: Dict[str, ModelSource], tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> OriginalsServer:
+    """Network allowed, with the hub and every original host replaced by the loopback server (the hub's API answers
+    404: no capeval repository exists), the table describing the stand-ins, an empty cache under ``tmp_path``, and
+    empty model caches of the loaders."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("CAPEVAL_CACHE", raising=False)
+    monkeypatch.delenv("CAPEVAL_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", server.url)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setenv(MIRROR_VARIABLE, server.url)
+    for model, source in stand_in_table.items():
+        monkeypatch.setitem(SOURCES, model, source)
+    for module in (clip_loading, scan_loading, vilbert_loading):
+        monkeypatch.setattr(module, "_CACHE", {})
+    refuse_other_hosts(monkeypatch)
+    server.requests.clear()
+    server.misbehaviour.clear()
+    return server

@@ -1,0 +1,119 @@
+"""Every model with original files, fetched by its registry name from the loopback server (the hub answering 404),
+converted, loaded or scored with; then the same call offline needs no network."""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+import capeval
+from capeval.fetch import PROVENANCE_NAME, converted_folder, read_provenance
+from capeval.models.regions.detectors import load_detector
+from capeval.models.scan.loading import load_scan_model
+from capeval.models.scan.loading import model_folder as scan_folder
+from capeval.originals import SOURCES
+from capeval.version import __version__
+from conftest import go_offline
+from fixtures.originals_server import OriginalsServer
+from fixtures.paths import REPO_ROOT
+from fixtures.stand_in_originals import DIRECT_CONVERSIONS
+from fixtures.vilbert_checkpoints import load_items, load_regions
+
+EXAMPLES = REPO_ROOT / "examples" / "pacscore"
+
+
+def clip_scores(scorer: type) -> Callable[[str], List[float]]:
+    def score(model: str) -> List[float]:
+        captions = json.loads((EXAMPLES / "good_captions.json").read_text())
+        images = [EXAMPLES / "images" / f"{key}.jpg" for key in captions]
+        result = scorer(model=model, device="cpu").score(images, list(captions.values()))
+        return result[f"{scorer.family.main_result}s"]
+    return score
+
+
+def vilbert_scores(model: str) -> List[float]:
+    items = load_items()[:3]
+    regions = [load_regions()[item["image"]] for item in items]
+    return capeval.ViLBERTScore(model=model, device="cpu", num_regions=100).score(
+        regions, [item["candidate"] for item in items], [item["references"] for item in items])["vilbert_f1s"]
+
+
+def weights(load: Callable[[str], torch.nn.Module]) -> Callable[[str], Dict[str, np.ndarray]]:
+    return lambda model: {key: value.numpy() for key, value in load(model).state_dict().items()}
+
+
+def same_safetensors(first: Path, second: Path) -> bool:
+    """Same tensors and metadata (the header's metadata order may differ between processes)."""
+    with safe_open(str(first), "pt") as one, safe_open(str(second), "pt") as two:
+        return one.metadata() == two.metadata() and sorted(one.keys()) == sorted(two.keys()) and all(
+            torch.equal(one.get_tensor(key), two.get_tensor(key)) for key in one.keys())
+
+
+def resolved_folder(model: str) -> Path:
+    """The folder of ``model`` as its loader resolves it (the table's folder function)."""
+    module, function = SOURCES[model].folder.split(":")
+    return getattr(importlib.import_module(module), function)(model)
+
+
+USE: Dict[str, Callable[[str], object]] = {
+    "openai/clip-vit-base-patch32": clip_scores(capeval.CLIPScore),
+    "capeval/pacs-clip-vit-b-32": clip_scores(capeval.PACScore),
+    "capeval/pacs-openclip-vit-l-14": clip_scores(capeval.PACScore),
+    "capeval/pacspp-clip-vit-b-32": clip_scores(capeval.PACScore),
+    "capeval/pacspp-clip-vit-l-14": clip_scores(capeval.PACScore),
+    "capeval/tiger-scan-coco": weights(lambda model: load_scan_model(scan_folder(model))),
+    "capeval/vilbert-multi-task": vilbert_scores,
+    "capeval/bottom-up-frcnn-r101-vg": weights(load_detector),
+    "capeval/vilbert-detector-x152-fpn": weights(load_detector),
+}
+"""Model -> scores (or weights) computed through capeval from a model reference: a name or a folder."""
+
+
+def test_every_model_with_originals_has_a_stand_in() -> None:
+    assert sorted(DIRECT_CONVERSIONS) == sorted(USE) == sorted(name for name, source in SOURCES.items()
+                                                               if source.files)
+
+
+@pytest.mark.parametrize("model", sorted(DIRECT_CONVERSIONS))
+def test_fetched_by_name_converted_used_then_offline(model: str, online: OriginalsServer, stand_ins: Path,
+                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    used = USE[model](model)
+    folder = converted_folder(model)
+    assert resolved_folder(model) == folder == tmp_path / "hf-home" / "capeval" / "models" / model.replace("/", "--")
+    assert any(path.startswith("/api/models/") for _, path, _ in online.requests), "the hub was asked first"
+    files = SOURCES[model].files
+    for file in files:
+        assert online.requests_for(file.name) == [None]  # one whole transfer per file
+    provenance = read_provenance(folder)
+    assert provenance["model"] == model and provenance["capeval"] == __version__
+    assert [(record["name"], record["size"], record["sha256"], record["url"], record["sha256_checked"])
+            for record in provenance["originals"]] == [
+        (file.name, file.size, file.sha256, f"{online.url}/{file.name}", True) for file in files]
+    direct = tmp_path / "direct"
+    DIRECT_CONVERSIONS[model](stand_ins, direct)
+    written = sorted(path.name for path in folder.iterdir())
+    assert written == sorted([path.name for path in direct.iterdir()] + [PROVENANCE_NAME])
+    for name in written:
+        if name.endswith(".safetensors"):
+            assert same_safetensors(folder / name, direct / name)
+        elif name != PROVENANCE_NAME:
+            assert (folder / name).read_bytes() == (direct / name).read_bytes(), name
+    expected = USE[model](str(direct))
+    if isinstance(used, dict):
+        assert sorted(used) == sorted(expected)
+        for key in used:
+            np.testing.assert_array_equal(used[key], expected[key])
+    else:
+        assert list(used) == list(expected)
+    assert not (tmp_path / "hf-home" / "capeval" / "downloads" / model.replace("/", "--")).exists()
+
+    online.requests.clear()
+    go_offline(monkeypatch)
+    assert resolved_folder(model) == folder
+    assert online.requests == []
