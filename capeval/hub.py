@@ -58,7 +58,8 @@ def resolve_model_folder(
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(name, revision=revision, allow_patterns=list(allow_patterns)))
+        return Path(snapshot_download(name, revision=revision, allow_patterns=list(allow_patterns),
+                                      local_files_only=fetch.offline()))
     except LocalEntryNotFoundError as error:
         unreachable = True
         hub_problem = (f"model {name!r} (revision {revision!r}) is not in the local Hugging Face cache and the hub "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -96,10 +97,13 @@ def fetch_one(model: str, originals: Dict[str, Path]) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval download``: every model is tried; returns 2 when one could not be had."""
-    from capeval.fetch import cached_model
+    from capeval.fetch import cached_model, offline
     from capeval.hub import ModelNotAvailableError
 
     models = _chosen_models(args)
+    if offline():
+        warnings.warn("HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is downloaded, only models already in the "
+                      "caches are found")
     given = _given_originals(models[0], args.original) if args.original else {}
     failed = []
     for model in models:

@@ -13,6 +13,7 @@ from capeval.fetch import converted_folder, read_provenance
 from capeval.inputs import InputError
 from capeval.originals import SOURCES, readme_table
 from capeval.transfers import sha256_of
+from conftest import go_offline
 from fixtures.originals_server import Misbehaviour, OriginalsServer
 from fixtures.paths import REPO_ROOT
 
@@ -20,8 +21,9 @@ SCAN = "capeval/tiger-scan-coco"
 PACSPP = "capeval/pacspp-clip-vit-b-32"
 
 
-def test_download_prints_the_folder_and_each_original_then_finds_it_cached(online: OriginalsServer, stand_ins: Path,
-                                                                            capsys: pytest.CaptureFixture) -> None:
+def test_download_prints_the_folder_and_each_original_then_finds_it_cached_offline(
+        online: OriginalsServer, stand_ins: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     assert main(["download", SCAN]) == 0
     folder = converted_folder(SCAN)
     lines = capsys.readouterr().out.splitlines()
@@ -31,9 +33,13 @@ def test_download_prints_the_folder_and_each_original_then_finds_it_cached(onlin
         f"against capeval's record), from {online.url}/{name}"
         for name in ("model_best.pth", "coco_precomp_vocab.json")]
     online.requests.clear()
+    go_offline(monkeypatch)
     assert main(["download", SCAN]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == (f"{SCAN}: already in the cache, converted by capeval 0.1.0 "
-                                                       f"from its original files, in {folder}")
+    printed = capsys.readouterr()
+    assert printed.out.splitlines()[0] == (f"{SCAN}: already in the cache, converted by capeval 0.1.0 from its "
+                                           f"original files, in {folder}")
+    assert printed.err == ("capeval download: warning: HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is "
+                           "downloaded, only models already in the caches are found\n")
     assert online.requests == []
 
 

@@ -117,14 +117,18 @@ def test_too_little_disk_space_is_said_before_the_transfer(online: OriginalsServ
     assert online.requests_for(CHECKPOINT) == []
 
 
-def test_offline_nothing_is_fetched_and_the_error_names_the_command(online: OriginalsServer,
+@pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "CAPEVAL_OFFLINE"])
+def test_offline_nothing_is_fetched_and_the_error_names_the_command(switch: str, online: OriginalsServer,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    go_offline(monkeypatch)
+    if switch == "HF_HUB_OFFLINE":
+        go_offline(monkeypatch)
+    else:
+        monkeypatch.setenv("CAPEVAL_OFFLINE", "1")
     with pytest.raises(ModelNotAvailableError) as raised:
         scan_folder(SCAN)
     assert f"On a machine with network access and the same cache (HF_HOME or CAPEVAL_CACHE), run `capeval " \
            f"download {SCAN}`" in str(raised.value)
-    assert online.requests == []
+    assert online.requests == []  # neither the hub nor the originals' host
 
 
 def test_drive_files_are_found_by_name_in_the_shared_folder(monkeypatch: pytest.MonkeyPatch) -> None:
