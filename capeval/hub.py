@@ -8,6 +8,7 @@ revisions are those of :data:`capeval.registry.MODELS`, the original files those
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -87,6 +88,17 @@ def resolve_model_folder(
             f"{hub_problem} Run once with network access to cache it, or pass model=<local folder> with a converted "
             f"model (see {converter}). Cause: {cause}") from None
     raise ModelNotAvailableError(hub_problem) from None
+
+
+def loaded_revision(folder: Path, revision: Optional[str]) -> Optional[str]:
+    """The revision a loaded model records (its result signatures show it): ``revision``, except for a folder that
+    capeval built from original files, which records ``original-<first 12 hex digits of the sha256 of its first
+    original file>`` (the checkpoint; its provenance file holds every original's sha256), so that two results show
+    whether they were computed from the same original checkpoint."""
+    path = Path(folder) / PROVENANCE_NAME
+    if not path.is_file():
+        return revision
+    return f"original-{json.loads(path.read_text(encoding='utf-8'))['originals'][0]['sha256'][:12]}"
 
 
 def folder_fingerprint(folder: Path, suffixes: Sequence[str] = (".json", ".txt", ".safetensors")) -> str:

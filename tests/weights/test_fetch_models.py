@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -14,6 +14,7 @@ from safetensors import safe_open
 
 import capeval
 from capeval.fetch import PROVENANCE_NAME, converted_folder, read_provenance
+from capeval.hub import loaded_revision
 from capeval.models.regions.detectors import load_detector
 from capeval.models.scan.loading import load_scan_model
 from capeval.models.scan.loading import model_folder as scan_folder
@@ -28,24 +29,43 @@ from fixtures.vilbert_checkpoints import load_items, load_regions
 EXAMPLES = REPO_ROOT / "examples" / "pacscore"
 
 
-def clip_scores(scorer: type) -> Callable[[str], List[float]]:
-    def score(model: str) -> List[float]:
+Used = Tuple[object, Optional[str]]
+"""Scores (or weights) computed through capeval from a model reference, and the revision the model recorded."""
+
+
+def signature_revision(signature: str) -> str:
+    return dict(field.split(":", 1) for field in signature.split("|")[1:])["revision"]
+
+
+def clip_scores(scorer: type) -> Callable[[str], Used]:
+    def score(model: str) -> Used:
         captions = json.loads((EXAMPLES / "good_captions.json").read_text())
         images = [EXAMPLES / "images" / f"{key}.jpg" for key in captions]
         result = scorer(model=model, device="cpu").score(images, list(captions.values()))
-        return result[f"{scorer.family.main_result}s"]
+        return result[f"{scorer.family.main_result}s"], signature_revision(result["signature"])
     return score
 
 
-def vilbert_scores(model: str) -> List[float]:
+def vilbert_scores(model: str) -> Used:
     items = load_items()[:3]
     regions = [load_regions()[item["image"]] for item in items]
-    return capeval.ViLBERTScore(model=model, device="cpu", num_regions=100).score(
-        regions, [item["candidate"] for item in items], [item["references"] for item in items])["vilbert_f1s"]
+    result = capeval.ViLBERTScore(model=model, device="cpu", num_regions=100).score(
+        regions, [item["candidate"] for item in items], [item["references"] for item in items])
+    return result["vilbert_f1s"], signature_revision(result["signature"])
 
 
-def weights(load: Callable[[str], torch.nn.Module]) -> Callable[[str], Dict[str, np.ndarray]]:
-    return lambda model: {key: value.numpy() for key, value in load(model).state_dict().items()}
+def scan_weights(model: str) -> Used:
+    folder = scan_folder(model)
+    return weights_of(load_scan_model(folder)), loaded_revision(folder, None)
+
+
+def detector_weights(model: str) -> Used:
+    detector = load_detector(model)
+    return weights_of(detector), detector.revision
+
+
+def weights_of(module: torch.nn.Module) -> Dict[str, np.ndarray]:
+    return {key: value.numpy() for key, value in module.state_dict().items()}
 
 
 def same_safetensors(first: Path, second: Path) -> bool:
@@ -67,12 +87,12 @@ USE: Dict[str, Callable[[str], object]] = {
     "capeval/pacs-openclip-vit-l-14": clip_scores(capeval.PACScore),
     "capeval/pacspp-clip-vit-b-32": clip_scores(capeval.PACScore),
     "capeval/pacspp-clip-vit-l-14": clip_scores(capeval.PACScore),
-    "capeval/tiger-scan-coco": weights(lambda model: load_scan_model(scan_folder(model))),
+    "capeval/tiger-scan-coco": scan_weights,
     "capeval/vilbert-multi-task": vilbert_scores,
-    "capeval/bottom-up-frcnn-r101-vg": weights(load_detector),
-    "capeval/vilbert-detector-x152-fpn": weights(load_detector),
+    "capeval/bottom-up-frcnn-r101-vg": detector_weights,
+    "capeval/vilbert-detector-x152-fpn": detector_weights,
 }
-"""Model -> scores (or weights) computed through capeval from a model reference: a name or a folder."""
+"""Model -> what capeval computes with a model reference (a name or a folder), and the revision it records."""
 
 
 def test_every_model_with_originals_has_a_stand_in() -> None:
@@ -83,7 +103,7 @@ def test_every_model_with_originals_has_a_stand_in() -> None:
 @pytest.mark.parametrize("model", sorted(DIRECT_CONVERSIONS))
 def test_fetched_by_name_converted_used_then_offline(model: str, online: OriginalsServer, stand_ins: Path,
                                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    used = USE[model](model)
+    used, revision = USE[model](model)
     folder = converted_folder(model)
     assert resolved_folder(model) == folder == tmp_path / "hf-home" / "capeval" / "models" / model.replace("/", "--")
     assert any(path.startswith("/api/models/") for _, path, _ in online.requests), "the hub was asked first"
@@ -104,7 +124,8 @@ def test_fetched_by_name_converted_used_then_offline(model: str, online: Origina
             assert same_safetensors(folder / name, direct / name)
         elif name != PROVENANCE_NAME:
             assert (folder / name).read_bytes() == (direct / name).read_bytes(), name
-    expected = USE[model](str(direct))
+    assert revision == f"original-{files[0].sha256[:12]}"  # what result signatures show
+    expected, _ = USE[model](str(direct))
     if isinstance(used, dict):
         assert sorted(used) == sorted(expected)
         for key in used:

@@ -17,7 +17,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from transformers import AutoTokenizer, CLIPModel
 
-from capeval.hub import ModelNotAvailableError, ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import (ModelNotAvailableError, ModelRef, folder_fingerprint, loaded_revision, pinned_revision,
+                         resolve_model_folder)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -108,5 +109,6 @@ def load_backbone(
             tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
             context_length = clip.config.text_config.max_position_embeddings
             text_transform = TextTransform(tokenizer, context_length, tokenizer.eos_token_id)
-            _CACHE[key] = Backbone(clip, _image_transform(folder), text_transform, name, revision, folder, target, dtype)
+            _CACHE[key] = Backbone(clip, _image_transform(folder), text_transform, name,
+                                   loaded_revision(folder, revision), folder, target, dtype)
         return _CACHE[key]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
 from capeval.registry import default_model
@@ -96,5 +96,5 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     detector = spec.model_class()(spec.config_class.from_dict(values))
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.fingerprint = folder_fingerprint(folder)
-    detector.revision = revision
+    detector.revision = loaded_revision(folder, revision)
     return detector.to(device or "cpu").eval()

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
@@ -88,7 +88,7 @@ def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLik
             if len(tokenizer) != scan.config.vocab_size:
                 raise ValueError(f"{folder}: {VOCAB_NAME} has {len(tokenizer)} words, the embedding "
                                  f"{scan.config.vocab_size} rows")
-            loaded = LoadedScan(scan, tokenizer, name, revision, folder, target)
+            loaded = LoadedScan(scan, tokenizer, name, loaded_revision(folder, revision), folder, target)
             if punkt is not None:
                 return loaded
             _CACHE[key] = loaded

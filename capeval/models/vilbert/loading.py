@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import ModelRef, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
@@ -72,5 +72,5 @@ def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device,
     with _LOCK:
         if key not in _CACHE:
             folder = model_folder(model, revision)
-            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), revision)
+            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), loaded_revision(folder, revision))
         return _CACHE[key]
