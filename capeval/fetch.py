@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from capeval.hub import PROVENANCE_NAME, ModelNotAvailableError
-from capeval.originals import SOURCES, ModelSource, OriginalFile, shown_size
+from capeval.originals import NLTK_RESOURCES, SOURCES, ModelSource, OriginalFile, shown_size
 from capeval.transfers import (GdownClient, TransferError, check_free_space, download_url, drive_file_id,
                                looks_like_html, sha256_of)
 from capeval.version import __version__
@@ -190,6 +190,42 @@ def _convert(model: str, source: ModelSource, paths: Mapping[str, Path], records
     shutil.rmtree(final, ignore_errors=True)  # an incomplete folder, or one rebuilt from files given by hand
     os.replace(building, final)
     return final
+
+
+def _nltk_resource(resource: str) -> Optional[Path]:
+    import nltk
+
+    try:
+        found = nltk.data.find(resource)
+    except LookupError:
+        return None
+    return Path(getattr(found, "path", str(found)))
+
+
+def nltk_data(package: str, model: str) -> Path:
+    """Where NLTK's data ``package`` (needed with ``model``) is: found on NLTK's data path, else downloaded now with
+    NLTK's downloader (into its default folder, or the first of ``NLTK_DATA``); never downloaded when offline."""
+    import nltk
+
+    resource = NLTK_RESOURCES[package]
+    found = _nltk_resource(resource)
+    if found is not None:
+        return found
+    if offline():
+        raise ModelNotAvailableError(
+            f"{model} needs NLTK's {package!r} data, which is not installed, and capeval is offline (HF_HUB_OFFLINE "
+            f"or CAPEVAL_OFFLINE is set): run `capeval download {model}` where there is network access, with the "
+            f"same NLTK_DATA, or `python -m nltk.downloader {package}`")
+    try:
+        nltk.download(package, quiet=True, raise_on_error=True)
+    except Exception as error:  # NLTK's downloader reports failures as several exception types
+        raise ModelNotAvailableError(f"{model} needs NLTK's {package!r} data, which could not be downloaded "
+                                     f"({error}): run `python -m nltk.downloader {package}`") from None
+    found = _nltk_resource(resource)
+    if found is None:
+        raise ModelNotAvailableError(f"NLTK downloaded {package!r}, but {resource} is not on NLTK's data path "
+                                     f"({', '.join(nltk.data.path)}): set NLTK_DATA to the folder it went to")
+    return found
 
 
 def fetch_model(model: str, originals: Optional[Mapping[str, Path]] = None, progress: bool = True) -> Path:

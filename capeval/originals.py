@@ -73,7 +73,14 @@ class ModelSource(NamedTuple):
     """Why the model has no original files to fetch (for a model with no :attr:`files`)."""
     published: bool = True
     """Whether its weights exist anywhere yet (``capeval download --all`` fetches the published models)."""
+    nltk_data: Tuple[str, ...] = ()
+    """NLTK data packages the metric using this model loads at run time (keys of :data:`NLTK_RESOURCES`), fetched
+    with it by ``capeval download``."""
 
+
+NLTK_RESOURCES: Dict[str, str] = {"punkt_tab": "tokenizers/punkt_tab/english/",
+                                  "averaged_perceptron_tagger_eng": "taggers/averaged_perceptron_tagger_eng/"}
+"""NLTK data package -> the resource capeval loads from it: TIGEr's tokenizer, BRIDGE's part-of-speech tagger."""
 
 CLIP_FOLDER = "capeval.models.clip.loading:model_folder"
 CLIP_CONVERTER = "conversion.convert_clip:convert_checkpoint"
@@ -139,7 +146,8 @@ SOURCES: Dict[str, ModelSource] = {
         published=False),
     "Salesforce/blip-image-captioning-large": ModelSource(
         "capeval.models.bridge.templates:captioner_folder", "Salesforce, on the Hugging Face hub",
-        no_original="its authors publish it on the Hugging Face hub only"),
+        no_original="its authors publish it on the Hugging Face hub only",
+        nltk_data=("averaged_perceptron_tagger_eng",)),
     "capeval/tiger-scan-coco": ModelSource(
         "capeval.models.scan.loading:model_folder", "the TIGEr authors (SeleenaJM/CapEval README)",
         (OriginalFile("model_best.pth", "checkpoint", TIGER_DRIVE, "none stated by the authors (research use)",
@@ -148,7 +156,7 @@ SOURCES: Dict[str, ModelSource] = {
                       "https://raw.githubusercontent.com/SeleenaJM/CapEval/2b41a92d781899daeb8513ce3806cbfb81930a47/"
                       "vocab/coco_precomp_vocab.json", "MIT", 401570, size=401570,
                       sha256="91b208d4673b076bdb3fc8a1441eb4b55cadc6f5be0137d89672f4abd21c9541")),
-        "conversion.convert_scan:convert", output_argument="out"),
+        "conversion.convert_scan:convert", output_argument="out", nltk_data=("punkt_tab",)),
     "capeval/bottom-up-frcnn-r101-vg": ModelSource(
         "capeval.models.regions.detectors:detector_folder",
         "unc-nlp on the Hugging Face hub (the transformers lxmert port of the bottom-up attention detector)",

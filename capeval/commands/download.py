@@ -97,7 +97,7 @@ def fetch_one(model: str, originals: Dict[str, Path]) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval download``: every model is tried; returns 2 when one could not be had."""
-    from capeval.fetch import cached_model, offline
+    from capeval.fetch import cached_model, nltk_data, offline
     from capeval.hub import ModelNotAvailableError
 
     models = _chosen_models(args)
@@ -114,7 +114,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
             failed.append(model)
             continue
-        print("\n".join(describe(model, folder, already)), flush=True)
+        lines = describe(model, folder, already)
+        try:
+            lines += [f"  NLTK data {package}: {nltk_data(package, model)}" for package in SOURCES[model].nltk_data]
+        except ModelNotAvailableError as error:
+            print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
+            failed.append(model)
+        print("\n".join(lines), flush=True)
     if failed:
         print(f"capeval download: {len(failed)} of {len(models)} models could not be had: {', '.join(failed)}",
               file=sys.stderr)

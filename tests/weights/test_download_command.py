@@ -5,8 +5,10 @@ import argparse
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from capeval import RegionFeatures, TIGErScore
 from capeval.cli import main
 from capeval.commands.download import _chosen_models
 from capeval.fetch import converted_folder, read_provenance
@@ -21,9 +23,10 @@ SCAN = "capeval/tiger-scan-coco"
 PACSPP = "capeval/pacspp-clip-vit-b-32"
 
 
-def test_download_prints_the_folder_and_each_original_then_finds_it_cached_offline(
-        online: OriginalsServer, stand_ins: Path, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_then_tiger_scores_offline(online: OriginalsServer, stand_ins: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the download prints (the folder, each original, the NLTK data); offline afterwards it finds the model
+    cached, and TIGEr scores with the default model and NLTK data with no request."""
     assert main(["download", SCAN]) == 0
     folder = converted_folder(SCAN)
     lines = capsys.readouterr().out.splitlines()
@@ -31,7 +34,8 @@ def test_download_prints_the_folder_and_each_original_then_finds_it_cached_offli
     assert lines[1:] == [
         f"  {name}: {(stand_ins / name).stat().st_size:,} bytes, sha256 {sha256_of(stand_ins / name)} (checked "
         f"against capeval's record), from {online.url}/{name}"
-        for name in ("model_best.pth", "coco_precomp_vocab.json")]
+        for name in ("model_best.pth", "coco_precomp_vocab.json")] + [
+        f"  NLTK data punkt_tab: {tmp_path / 'nltk_data' / 'tokenizers' / 'punkt_tab' / 'english'}"]
     online.requests.clear()
     go_offline(monkeypatch)
     assert main(["download", SCAN]) == 0
@@ -40,6 +44,11 @@ def test_download_prints_the_folder_and_each_original_then_finds_it_cached_offli
                                            f"original files, in {folder}")
     assert printed.err == ("capeval download: warning: HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is "
                            "downloaded, only models already in the caches are found\n")
+    regions = RegionFeatures(features=np.random.default_rng(0).random((36, 12), dtype=np.float32))
+    result = TIGErScore(device="cpu").score([regions], ["a dog runs on the grass"], [["a dog is running"]])
+    checkpoint = SOURCES[SCAN].files[0]
+    assert f"|model:{SCAN}|revision:original-{checkpoint.sha256[:12]}|" in result["signature"]
+    assert 0 < result["tiger_scores"][0] < 1
     assert online.requests == []
 
 
