@@ -120,23 +120,24 @@ def _model_lock(model: str) -> Iterator[None]:
         lock.release()
 
 
+def _mirror_url(file: OriginalFile) -> Optional[str]:
+    """``<CAPEVAL_ORIGINALS_MIRROR>/<file name>``, when the variable is set."""
+    base = os.environ.get(MIRROR_VARIABLE)
+    return f"{base.rstrip('/')}/{file.name}" if base else None
+
+
 def _download(model: str, file: OriginalFile, target: Path, progress: bool) -> str:
     """Download one original to ``target``; returns the URL it came from."""
     what = f"model {model!r}, file {file.name}"
-    base = os.environ.get(MIRROR_VARIABLE)
-    if base:
-        url = f"{base.rstrip('/')}/{file.name}"
-    elif file.drive_folder_id is not None:
+    if _mirror_url(file) is None and file.drive_folder_id is not None:
         client = GdownClient()
         file_id = drive_file_id(client.list_folder(file.drive_folder_id), file.drive_path or file.name, file.url)
-        url = f"https://drive.google.com/uc?id={file_id}"
         part = target.with_name(target.name + ".part")
         check_free_space(target.parent, file.size or file.estimated_size, what)
         client.download(file_id, part, progress)
         os.replace(part, target)
-        return url
-    else:
-        url = file.url
+        return f"https://drive.google.com/uc?id={file_id}"
+    url = _mirror_url(file) or file.url
     download_url(url, target, file.size, file.estimated_size, what, progress)
     return url
 
@@ -250,7 +251,7 @@ def fetch_model(model: str, originals: Optional[Mapping[str, Path]] = None, prog
         records = []
         for file in source.files:
             path = Path(given[file.name]) if file.name in given else downloads / file.name
-            url = f"file:{path.resolve()}" if file.name in given else file.url
+            url = f"file:{path.resolve()}" if file.name in given else _mirror_url(file) or file.url
             try:
                 if file.name not in given and not path.is_file():
                     if offline():

@@ -102,6 +102,10 @@ def _transfer_once(url: str, part: Path, size: Optional[int], what: str, progres
             raise TransferInterrupted(f"{what}: {url} refused to resume at byte {offset:,}") from None
         raise
     with response:
+        content_range = response.headers.get("Content-Range", "")
+        if offset and response.status == 206 and not content_range.startswith(f"bytes {offset}-"):
+            part.unlink()  # a part of another range than asked for: start again
+            raise TransferInterrupted(f"{what}: {url} answered range {content_range!r} to bytes={offset}-")
         if offset and response.status != 206:  # the server ignored the range: the body is the whole file
             offset = 0
         kind = response.headers.get("Content-Type", "")
