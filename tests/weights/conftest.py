@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Callable, Dict, Iterator
 
 import huggingface_hub.constants
 import nltk
@@ -73,9 +73,13 @@ def refuse_other_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket.socket, "connect", guarded)
 
 
-def go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+@pytest.fixture
+def go_offline(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it to set HF_HUB_OFFLINE for the rest of the test (as the environment and as the hub library reads it)."""
+    def offline() -> None:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return offline
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -15,7 +16,6 @@ from capeval.fetch import converted_folder, read_provenance
 from capeval.inputs import InputError
 from capeval.originals import SOURCES, readme_table
 from capeval.transfers import sha256_of
-from conftest import go_offline
 from fixtures.originals_server import Misbehaviour, OriginalsServer
 from fixtures.paths import REPO_ROOT
 
@@ -24,7 +24,7 @@ PACSPP = "capeval/pacspp-clip-vit-b-32"
 
 
 def test_download_then_tiger_scores_offline(online: OriginalsServer, stand_ins: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+                                            capsys: pytest.CaptureFixture, go_offline: Callable[[], None]) -> None:
     """What the download prints (the folder, each original, the NLTK data); offline afterwards it finds the model
     cached, and TIGEr scores with the default model and NLTK data with no request."""
     assert main(["download", SCAN]) == 0
@@ -37,7 +37,7 @@ def test_download_then_tiger_scores_offline(online: OriginalsServer, stand_ins: 
         for name in ("model_best.pth", "coco_precomp_vocab.json")] + [
         f"  NLTK data punkt_tab: {tmp_path / 'nltk_data' / 'tokenizers' / 'punkt_tab' / 'english'}"]
     online.requests.clear()
-    go_offline(monkeypatch)
+    go_offline()
     assert main(["download", SCAN]) == 0
     printed = capsys.readouterr()
     assert printed.out.splitlines()[0] == (f"{SCAN}: already in the cache, converted by capeval 0.1.0 from its "

@@ -20,7 +20,6 @@ from capeval.models.scan.loading import load_scan_model
 from capeval.models.scan.loading import model_folder as scan_folder
 from capeval.originals import SOURCES
 from capeval.version import __version__
-from conftest import go_offline
 from fixtures.originals_server import OriginalsServer
 from fixtures.paths import REPO_ROOT
 from fixtures.stand_in_originals import DIRECT_CONVERSIONS
@@ -102,7 +101,7 @@ def test_every_model_with_originals_has_a_stand_in() -> None:
 
 @pytest.mark.parametrize("model", sorted(DIRECT_CONVERSIONS))
 def test_fetched_by_name_converted_used_then_offline(model: str, online: OriginalsServer, stand_ins: Path,
-                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     tmp_path: Path, go_offline: Callable[[], None]) -> None:
     used, revision = USE[model](model)
     folder = converted_folder(model)
     assert resolved_folder(model) == folder == tmp_path / "hf-home" / "capeval" / "models" / model.replace("/", "--")
@@ -135,6 +134,6 @@ def test_fetched_by_name_converted_used_then_offline(model: str, online: Origina
     assert not (tmp_path / "hf-home" / "capeval" / "downloads" / model.replace("/", "--")).exists()
 
     online.requests.clear()
-    go_offline(monkeypatch)
+    go_offline()
     assert resolved_folder(model) == folder
     assert online.requests == []

@@ -2,6 +2,7 @@
 HTML page, clear about 403s and missing space, fetched once by two processes at once, never online when offline."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import List
+from typing import Callable, List
 
 import pytest
 
@@ -19,8 +20,8 @@ from capeval.fetch import MIRROR_VARIABLE, OriginalUnavailableError, cache_root,
     read_provenance
 from capeval.models.scan.loading import model_folder as scan_folder
 from capeval.originals import SOURCES
+from capeval import transfers
 from capeval.transfers import TransferError, drive_file_id, sha256_of
-from conftest import go_offline
 from fixtures.originals_server import Misbehaviour, OriginalsServer
 from fixtures.paths import REPO_ROOT
 
@@ -117,11 +118,41 @@ def test_too_little_disk_space_is_said_before_the_transfer(online: OriginalsServ
     assert online.requests_for(CHECKPOINT) == []
 
 
+def test_a_disk_that_fills_during_the_transfer_is_said(online: OriginalsServer,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    class FullDisk:
+        """A file whose writes fail as on a full disk."""
+
+        def __init__(self, path: Path, mode: str) -> None:
+            self.handle = open(path, mode)
+
+        def __enter__(self) -> "FullDisk":
+            return self
+
+        def __exit__(self, *exception: object) -> None:
+            self.handle.close()
+
+        def seek(self, offset: int) -> None:
+            self.handle.seek(offset)
+
+        def truncate(self) -> None:
+            self.handle.truncate()
+
+        def write(self, block: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(transfers, "open", FullDisk, raising=False)
+    full = r"the disk is full while writing .*model_best\.pth\.part \([\d,]+ bytes free\): free some space"
+    with pytest.raises(OriginalUnavailableError, match=full):
+        scan_folder(SCAN)
+
+
 @pytest.mark.parametrize("switch", ["HF_HUB_OFFLINE", "CAPEVAL_OFFLINE"])
 def test_offline_nothing_is_fetched_and_the_error_names_the_command(switch: str, online: OriginalsServer,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    go_offline: Callable[[], None]) -> None:
     if switch == "HF_HUB_OFFLINE":
-        go_offline(monkeypatch)
+        go_offline()
     else:
         monkeypatch.setenv("CAPEVAL_OFFLINE", "1")
     with pytest.raises(ModelNotAvailableError) as raised:
