@@ -1,5 +1,5 @@
 """The ``capeval`` command: its parser and :func:`main`. The subcommands (``score``, ``benchmark``, ``regions``,
-``train``) live in :mod:`capeval.commands`, one module each.
+``train``, ``download``) live in :mod:`capeval.commands`, one module each.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from capeval.benchmarks.baselines import BaselineUnavailableError
 from capeval.benchmarks.datasets import BenchmarkFormatError
-from capeval.commands import benchmark, regions, score, train
+from capeval.commands import benchmark, download, regions, score, train
 from capeval.commands.arguments import in_flags
 from capeval.configuration import ConfigError
 from capeval.inputs import InputError
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", action="store_true",
                         help="also show the progress bars of transformers and huggingface_hub (model loading)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in (score, benchmark, regions, train):
+    for command in (score, benchmark, regions, train, download):
         command.register(subparsers)
     return parser
 
@@ -44,7 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     group_before = _process_group_initialized()
     try:
-        with warnings.catch_warnings(), _third_party_bars(shown=args.verbose):
+        with warnings.catch_warnings(), _third_party_bars(shown=args.verbose or args.command == "download"):
             warnings.showwarning = show_warning
             return args.handler(args)
     except (InputError, ConfigError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:

@@ -29,6 +29,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from safetensors import safe_open
 from transformers import CLIPConfig, CLIPModel
 
+from capeval.transfers import sha256_of
 from conversion.convert_clip import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
 
 WEIGHTS_FILE = "model.safetensors"
@@ -38,7 +39,6 @@ SPACE_SDK = "gradio"
 UNCOMPARED_JSON_KEY = "transformers_version"
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 ORIGINAL_SHA256_PATTERN = re.compile(r"(<!--original-sha256-->)(.*?)(<!--/original-sha256-->)", re.DOTALL)
-CHUNK_BYTES = 1 << 20
 
 
 class PublishError(ValueError):
@@ -73,18 +73,9 @@ class RepoPlan:
     original_sha256: str | None = None
 
 
-def sha256_of_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def planned_file_from_disk(path_in_repo: str, source: Path) -> PlannedFile:
     """A file uploaded as it is on disk."""
-    return PlannedFile(path_in_repo, source.stat().st_size, sha256_of_file(source), source=source)
+    return PlannedFile(path_in_repo, source.stat().st_size, sha256_of(source), source=source)
 
 
 def planned_file_from_bytes(path_in_repo: str, content: bytes) -> PlannedFile:
@@ -218,7 +209,7 @@ def plan_model(card_dir: Path, weights_dir: Path, original: Path | None, tag: st
         if not original.is_file():
             raise PublishError(f"{repo_id}: original checkpoint {original} does not exist")
         check_original_matches_weights(original, weights_path, card_dir)
-        original_sha256 = sha256_of_file(original)
+        original_sha256 = sha256_of(original)
         card_text = fill_original_sha256(card_text, original_sha256, card_path)
     files = [planned_file_from_bytes(CARD_FILE, card_text.encode("utf-8"))]
     files += [planned_file_from_disk(name, card_dir / name) for name in names]

@@ -1,7 +1,10 @@
-"""Regenerate the config, image-processor and tokenizer files of every hub_models model folder.
+"""Regenerate the config, image-processor and tokenizer files of every hub_models model folder, and the list of
+original files in every model card.
 
-Each folder gets exactly the non-weight files ``conversion/convert_clip.py`` writes for a checkpoint of its
+Each CLIP folder gets exactly the non-weight files ``conversion/convert_clip.py`` writes for a checkpoint of its
 architecture; the full-size original model is built on the meta device, so nothing is downloaded or allocated.
+Each card of a model with original files gets, between ``<!--originals-->`` and ``<!--/originals-->``, the list
+that :func:`capeval.originals.card_section` writes from the table the fetcher reads.
 
     python -m hub_models.generate_configs           # rewrite the files
     python -m hub_models.generate_configs --check   # exit 1 if a committed file differs from a regenerated one
@@ -19,6 +22,7 @@ from typing import Callable, Mapping, NamedTuple, Sequence
 import torch
 from torch import nn
 
+from capeval.originals import SECTION_END, SECTION_START, SOURCES, card_section
 from conversion.convert_clip import (
     DEFAULT_NORMALIZATION,
     clip_config_from_state_dict,
@@ -102,8 +106,23 @@ def check(repo_id: str) -> list[str]:
         return metadata_differences(generated, HUB_MODELS_DIR / repo_id, names)
 
 
+def card_models() -> list[str]:
+    """The models with original files whose card is in hub_models."""
+    return [model for model, source in SOURCES.items() if source.files and (HUB_MODELS_DIR / model).is_dir()]
+
+
+def card_with_originals(model: str) -> str:
+    """The card of ``model`` with its list of original files regenerated from the table."""
+    card = HUB_MODELS_DIR / model / "README.md"
+    text = card.read_text(encoding="utf-8")
+    if text.count(SECTION_START) != 1 or text.count(SECTION_END) != 1:
+        raise ValueError(f"{card} needs one {SECTION_START} ... {SECTION_END} pair where the originals are listed")
+    before, rest = text.split(SECTION_START)
+    return before + card_section(model) + rest.split(SECTION_END)[1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Regenerate (or with ``--check`` compare) every hub model folder's metadata files."""
+    """Regenerate (or with ``--check`` compare) every hub model folder's metadata files and cards."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
     args = parser.parse_args(argv)
@@ -117,6 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             generate(repo_id, HUB_MODELS_DIR / repo_id)
             print(f"wrote {HUB_MODELS_DIR / repo_id}")
+    for model in card_models():
+        card = HUB_MODELS_DIR / model / "README.md"
+        if args.check:
+            if card.read_text(encoding="utf-8") != card_with_originals(model):
+                print(f"{model}: README.md does not list the originals of capeval/originals.py")
+                failed = True
+        else:
+            card.write_text(card_with_originals(model), encoding="utf-8")
+            print(f"wrote {card}")
     return 1 if failed else 0
 
 

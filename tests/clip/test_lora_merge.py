@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Callable
 
@@ -20,74 +19,17 @@ from conversion.convert_clip import (OPENAI_MEAN, OPENAI_STD, CheckpointError, c
                                      convert_checkpoint, convert_state_dict, lora_factor_names, main, merge_lora,
                                      resolve_arch)
 from hub_models.generate_configs import HUB_MODELS, HUB_MODELS_DIR
-from fixtures.clip_checkpoints import LAYERS, build_tiny_openai_clip
 from fixtures.clip_reference import reference_transform
+from fixtures.pacspp_checkpoints import LORA_RANK, lora_factor_shapes, lora_weight_keys, synthesize_pacspp_state_dict
 from fixtures.paths import TESTS_DATA
 
 GOLDEN_PATH = TESTS_DATA / "pacspp" / "golden_embeddings.json"
-SEED = 20241011
-LORA_RANK = 4
 LORA_SCALING = 1 / LORA_RANK  # lora_alpha 1 / rank, as in the reference
-GRID_STEPS = 1024
 # Measured (NOTE.md): the converted model is within 1.7e-6 of the reference's embeddings and 2.9e-7 of its PAC-S;
 # each wrong merge (MLP update added, or one applied update left out) moves an embedding by 0.448 or more.
 EMBEDDING_ATOL = 1e-5
 PAC_SCORE_ATOL = 1e-5
 WRONG_MERGE_MIN_DIFFERENCE = 0.1
-
-
-def grid_uniform(shape: tuple[int, ...], exponent: int, generator: torch.Generator) -> torch.Tensor:
-    """Uniform values i * 2**exponent / GRID_STEPS with integer |i| <= GRID_STEPS: integer draws scaled by a power
-    of two, so bit-identical on every machine (torch's CPU normal kernels differ by instruction set)."""
-    steps = torch.randint(-GRID_STEPS, GRID_STEPS + 1, shape, generator=generator)
-    return steps.to(torch.float32) * (2.0 ** exponent / GRID_STEPS)
-
-
-def weight_exponent(key: str, shape: tuple[int, ...]) -> int:
-    """Exponent of the power of two nearest to sqrt(3 / fan_in), the half-range of a uniform distribution of
-    variance 1 / fan_in."""
-    fan_in = shape[0] if key in ("visual.proj", "text_projection") else math.prod(shape[1:])
-    return round(math.log2(math.sqrt(3 / fan_in)))
-
-
-def lora_factor_shapes(weight_key: str, weight_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, ...], int]]:
-    """The reference's LoRA factor names for one weight, with their shapes and value exponents."""
-    if weight_key == "visual.conv1.weight":  # loralib Conv2d: A (r k, in k), B (out k, r k)
-        out_channels, in_channels, kernel = weight_shape[0], weight_shape[1], weight_shape[-1]
-        return {"visual.conv1.lora_A": ((LORA_RANK * kernel, in_channels * kernel), -3),
-                "visual.conv1.lora_B": ((out_channels * kernel, LORA_RANK * kernel), -4)}
-    stem = f"{weight_key}_" if weight_key.endswith("in_proj_weight") else weight_key[: -len("weight")]
-    return {f"{stem}lora_A": ((LORA_RANK, weight_shape[1]), -1), f"{stem}lora_B": ((weight_shape[0], LORA_RANK), -2)}
-
-
-def lora_weight_keys(vision_layers: int = LAYERS, text_layers: int = LAYERS) -> list[str]:
-    """Every weight the reference's clip_lora model gives LoRA factors (default: the tiny model's)."""
-    keys = ["visual.conv1.weight"]
-    for tower, layers in (("visual.transformer.resblocks.", vision_layers), ("transformer.resblocks.", text_layers)):
-        for block in range(layers):
-            keys += [f"{tower}{block}.{part}" for part in
-                     ("attn.in_proj_weight", "attn.out_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")]
-    return keys
-
-
-def synthesize_pacspp_state_dict() -> dict[str, torch.Tensor]:
-    """A tiny PAC-S++ state dict: the tiny OpenAI CLIP's keys (tests/fixtures/clip_checkpoints.py) with fresh grid
-    values (LayerNorm weights 1 +- 1/8, other vectors and embeddings +- 1/8, matrices by fan-in) plus rank-4 LoRA
-    factors, B non-zero, on every layer PAC-S++ adapts. Deterministic and bit-identical across machines."""
-    generator = torch.Generator().manual_seed(SEED)
-    state_dict: dict[str, torch.Tensor] = {}
-    for key, tensor in build_tiny_openai_clip().state_dict().items():
-        shape = tuple(tensor.shape)
-        if key.endswith(".weight") and key.split(".")[-2].startswith("ln_"):
-            state_dict[key] = 1.0 + grid_uniform(shape, -3, generator)
-        elif tensor.dim() >= 2 and "embedding" not in key:
-            state_dict[key] = grid_uniform(shape, weight_exponent(key, shape), generator)
-        else:
-            state_dict[key] = grid_uniform(shape, -3, generator)
-    for weight_key in lora_weight_keys():
-        for name, (shape, exponent) in lora_factor_shapes(weight_key, tuple(state_dict[weight_key].shape)).items():
-            state_dict[name] = grid_uniform(shape, exponent, generator)
-    return state_dict
 
 
 def state_dict_sha256(state_dict: dict[str, torch.Tensor]) -> str:

@@ -405,8 +405,12 @@ def test_readme_shows_the_offline_error_of_a_missing_default_model(tmp_path, mon
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    home = tmp_path / "home"  # capeval's cache at its default place under an empty home, shown as ~ in the README
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("HF_HOME", "XDG_CACHE_HOME", "CAPEVAL_CACHE"):
+        monkeypatch.delenv(variable, raising=False)
     with pytest.raises(ModelNotAvailableError) as raised:
         CLIPScore(device="cpu")
-    shown = str(raised.value).split(" Cause: ")[0]
+    shown = str(raised.value).split(" Cause: ")[0].replace(str(home), "~")
     readme = (REPO_ROOT / "README.md").read_text()
     assert f"```text\n{shown}\n```" in readme

@@ -40,13 +40,20 @@ def save_bridge(model: BridgeModel, folder: Union[str, Path]) -> Path:
     return folder
 
 
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a BRIDGE model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_bridge` reads."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), [CONFIG_NAME, WEIGHTS_NAME],
+                                "capeval train bridge")
+
+
 def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceLike = None,
                 precision: str = "fp32", backbone: Optional[ModelRef] = None) -> LoadedBridge:
     """Load a BRIDGE model (a hub id, at ``revision`` or else capeval's pinned one, or a local folder); its CLIP
     backbone is the one its config names, or ``backbone`` (a local copy of it)."""
     name = str(model)
     revision = pinned_revision(name, revision)
-    folder = resolve_model_folder(name, revision, [CONFIG_NAME, WEIGHTS_NAME], "capeval train bridge")
+    folder = model_folder(name, revision)
     config = BridgeConfig.load(folder)
     target = resolve_device(device)
     clip_backbone = load_backbone(backbone if backbone is not None else config.backbone,

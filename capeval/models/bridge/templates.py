@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -143,6 +144,12 @@ def build_templates(caption: str, chunker: NounChunker, text_transform: TextTran
     return templates
 
 
+def captioner_folder(model: str, revision: Optional[str] = None) -> Path:
+    """The folder of a BLIP captioner (hub id at ``revision``, the hub's main branch by default, or local folder)
+    holding the files :meth:`BlipCaptioner.load` reads."""
+    return resolve_model_folder(model, revision, _BLIP_FILES, "BlipForConditionalGeneration.save_pretrained")
+
+
 class BlipCaptioner:
     """BLIP captions of PIL images with the configured prompt and decoding settings."""
 
@@ -157,8 +164,7 @@ class BlipCaptioner:
         """Load ``config.captioner`` (hub id or local folder of a ``BlipForConditionalGeneration``)."""
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
-        folder = resolve_model_folder(config.captioner, config.captioner_revision, _BLIP_FILES,
-                                      "BlipForConditionalGeneration.save_pretrained")
+        folder = captioner_folder(config.captioner, config.captioner_revision)
         model = BlipForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device=device,
                                                                                               dtype=dtype)
         return cls(model, BlipProcessor.from_pretrained(folder), config)

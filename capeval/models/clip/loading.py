@@ -17,7 +17,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from transformers import AutoTokenizer, CLIPModel
 
-from capeval.hub import ModelNotAvailableError, ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import (ModelNotAvailableError, ModelRef, folder_fingerprint, loaded_revision, pinned_revision,
+                         resolve_model_folder)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -77,6 +78,13 @@ def _image_transform(folder: Path) -> ImageTransform:
     return ImageTransform(int(size), tuple(config["image_mean"]), tuple(config["image_std"]))
 
 
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a CLIP model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_backbone` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), _HUB_FILES,
+                                "conversion/convert_clip.py")
+
+
 _CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], Backbone] = {}
 _LOCK = threading.Lock()
 
@@ -95,11 +103,12 @@ def load_backbone(
     key = (name, revision, str(target), dtype)
     with _LOCK:
         if key not in _CACHE:
-            folder = resolve_model_folder(name, revision, _HUB_FILES, "conversion/convert_clip.py")
+            folder = model_folder(name, revision)
             clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)
             tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
             context_length = clip.config.text_config.max_position_embeddings
             text_transform = TextTransform(tokenizer, context_length, tokenizer.eos_token_id)
-            _CACHE[key] = Backbone(clip, _image_transform(folder), text_transform, name, revision, folder, target, dtype)
+            _CACHE[key] = Backbone(clip, _image_transform(folder), text_transform, name,
+                                   loaded_revision(folder, revision), folder, target, dtype)
         return _CACHE[key]

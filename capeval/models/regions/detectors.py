@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
 from capeval.registry import default_model
@@ -72,6 +72,13 @@ def spec_for_model_type(model_type: str) -> DetectorSpec:
                      f"({', '.join(DETECTORS)})")
 
 
+def detector_folder(model: Union[str, Path], revision: Optional[str] = None) -> Path:
+    """The folder of a detector (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_detector` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), (CONFIG_NAME, WEIGHTS_NAME),
+                                "conversion/convert_regions.py")
+
+
 def load_detector(model: Union[str, Path], revision: Optional[str] = None,
                   device: Union[str, "torch.device", None] = None,
                   expected: Optional[DetectorSpec] = None) -> "nn.Module":
@@ -81,7 +88,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     from safetensors.torch import load_file
 
     revision = pinned_revision(str(model), revision)
-    folder = resolve_model_folder(str(model), revision, (CONFIG_NAME, WEIGHTS_NAME), "conversion/convert_regions.py")
+    folder = detector_folder(model, revision)
     values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
     spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
     if expected is not None and spec.name != expected.name:
@@ -89,5 +96,5 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     detector = spec.model_class()(spec.config_class.from_dict(values, complete=True))
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.fingerprint = folder_fingerprint(folder)
-    detector.revision = revision
+    detector.revision = loaded_revision(folder, revision)
     return detector.to(device or "cpu").eval()

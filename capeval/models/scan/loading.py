@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
@@ -59,6 +59,13 @@ def load_scan_model(folder: Union[str, Path], device: Union[str, torch.device] =
     return model.to(device).eval()
 
 
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a SCAN model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_scan` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), HUB_FILES,
+                                "conversion/convert_scan.py")
+
+
 _CACHE: Dict[Tuple[str, Optional[str], str], LoadedScan] = {}
 _LOCK = threading.Lock()
 
@@ -75,13 +82,13 @@ def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLik
     key = (name, revision, str(target))
     with _LOCK:
         if key not in _CACHE or punkt is not None:
-            folder = resolve_model_folder(name, revision, HUB_FILES, "conversion/convert_scan.py")
+            folder = model_folder(name, revision)
             tokenizer = ScanTokenizer.from_folder(folder, punkt)
             scan = load_scan_model(folder, target)
             if len(tokenizer) != scan.config.vocab_size:
                 raise ValueError(f"{folder}: {VOCAB_NAME} has {len(tokenizer)} words, the embedding "
                                  f"{scan.config.vocab_size} rows")
-            loaded = LoadedScan(scan, tokenizer, name, revision, folder, target)
+            loaded = LoadedScan(scan, tokenizer, name, loaded_revision(folder, revision), folder, target)
             if punkt is not None:
                 return loaded
             _CACHE[key] = loaded

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import ModelRef, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
@@ -53,6 +53,12 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
                          name if name is not None else str(folder), revision, folder)
 
 
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a ViLBERT model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_vilbert` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(model, pinned_revision(model, revision), MODEL_FILES, CONVERTER)
+
+
 _CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], LoadedVilbert] = {}
 _LOCK = threading.Lock()
 
@@ -65,6 +71,6 @@ def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device,
     key = (str(model), revision, str(device), dtype)
     with _LOCK:
         if key not in _CACHE:
-            folder = resolve_model_folder(model, revision, MODEL_FILES, CONVERTER)
-            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), revision)
+            folder = model_folder(model, revision)
+            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), loaded_revision(folder, revision))
         return _CACHE[key]

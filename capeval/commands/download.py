@@ -1,0 +1,128 @@
+"""``capeval download``: fetch models ahead of time (for machines whose compute nodes have no network), each as a
+scorer would on first use: the hub repository, else the authors' original files, checked and converted into
+capeval's cache. Prints what it fetched, the sizes and sha256 of the originals, and where each folder is."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List
+
+from capeval.originals import SOURCES, human_size
+from capeval.registry import MODELS
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``download`` subcommand to the capeval command's subparsers."""
+    parser = subparsers.add_parser(
+        "download", help="fetch models ahead of time (hub repository, or the authors' original files converted)",
+        description="Fetch each MODEL as its first use would: a converted folder in capeval's cache, else the hub "
+                    "repository at capeval's pinned revision, else the authors' original files, downloaded, checked "
+                    "and converted into capeval's cache ($CAPEVAL_CACHE, else $HF_HOME/capeval). Run it where there "
+                    "is network access; afterwards the models load with HF_HUB_OFFLINE=1.",
+        epilog=f"Models: {', '.join(SOURCES)}. CAPEVAL_ORIGINALS_MIRROR=<base URL> takes every original file from "
+               "<base URL>/<file name>.")
+    parser.add_argument("models", nargs="*", metavar="MODEL", help="registry model names (see below)")
+    parser.add_argument("--all", action="store_true", help="every published model")
+    parser.add_argument("--original", nargs="+", type=Path, default=[], metavar="FILE",
+                        help="original files obtained by hand (named as the authors name them), for one MODEL: "
+                             "checked and converted instead of downloaded")
+    parser.set_defaults(handler=run)
+    return parser
+
+
+def _chosen_models(args: argparse.Namespace) -> List[str]:
+    """The models asked for; refuses unknown names, none, and --original with other than one model."""
+    from capeval.inputs import InputError
+
+    if args.all and args.models:
+        raise InputError("give MODEL names or --all, not both")
+    models = [name for name, source in SOURCES.items() if source.published] if args.all else list(args.models)
+    if not models:
+        raise InputError("name the models to download, or give --all")
+    unknown = [name for name in models if name not in SOURCES]
+    if unknown:
+        raise InputError(f"unknown model {', '.join(unknown)}; capeval's models: {', '.join(SOURCES)}")
+    if args.original and len(models) != 1:
+        raise InputError("--original takes the files of one MODEL")
+    return models
+
+
+def _given_originals(model: str, files: List[Path]) -> Dict[str, Path]:
+    """``{original file name: path}`` of the files given with --original (matched by file name)."""
+    from capeval.inputs import InputError
+
+    names = {file.name for file in SOURCES[model].files}
+    given = {}
+    for path in files:
+        if path.name not in names:
+            raise InputError(f"--original {path}: {model}'s original files are called {', '.join(sorted(names))}")
+        if not path.is_file():
+            raise InputError(f"--original {path}: no such file")
+        given[path.name] = path
+    return given
+
+
+def describe(model: str, folder: Path, already: bool) -> List[str]:
+    """Lines saying where ``model``'s folder is and what it was made from."""
+    from capeval.fetch import read_provenance
+
+    provenance = read_provenance(folder)
+    if provenance is None:
+        files = [path for path in folder.iterdir() if path.is_file()]
+        total = sum(path.stat().st_size for path in files)
+        revision = MODELS[model].revision if model in MODELS else None
+        return [f"{model}: from the Hugging Face hub (revision {revision or 'main'}): {len(files)} files, "
+                f"{human_size(total)}, in {folder}"]
+    when = "already in the cache" if already else "fetched"
+    lines = [f"{model}: {when}, converted by capeval {provenance['capeval']} from its original files, in {folder}"]
+    for original in provenance["originals"]:
+        checked = "checked against capeval's record" if original["sha256_checked"] else "recorded"
+        lines.append(f"  {original['name']}: {original['size']:,} bytes, sha256 {original['sha256']} ({checked}), "
+                     f"from {original['url']}")
+    return lines
+
+
+def fetch_one(model: str, originals: Dict[str, Path]) -> Path:
+    """The folder of ``model``, fetched (or converted from ``originals``) now if need be."""
+    from capeval import fetch
+
+    if originals:
+        return fetch.fetch_model(model, originals)
+    module, function = SOURCES[model].folder.split(":")
+    return getattr(importlib.import_module(module), function)(model)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``capeval download``: every model is tried; returns 2 when one could not be had."""
+    from capeval.fetch import cached_model, nltk_data, offline
+    from capeval.hub import ModelNotAvailableError
+
+    models = _chosen_models(args)
+    if offline():
+        warnings.warn("HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is downloaded, only models already in the "
+                      "caches are found")
+    given = _given_originals(models[0], args.original) if args.original else {}
+    failed = []
+    for model in models:
+        already = cached_model(model) is not None and not given
+        try:
+            folder = fetch_one(model, given)
+        except ModelNotAvailableError as error:
+            print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
+            failed.append(model)
+            continue
+        lines = describe(model, folder, already)
+        try:
+            lines += [f"  NLTK data {package}: {nltk_data(package, model)}" for package in SOURCES[model].nltk_data]
+        except ModelNotAvailableError as error:
+            print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
+            failed.append(model)
+        print("\n".join(lines), flush=True)
+    if failed:
+        print(f"capeval download: {len(failed)} of {len(models)} models could not be had: {', '.join(failed)}",
+              file=sys.stderr)
+        return 2
+    return 0
