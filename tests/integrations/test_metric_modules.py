@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -269,3 +270,10 @@ def test_emscore_space_scores_an_uploaded_video(videos: List[str], model_dir: st
     references_alone = app.score_caption(None, VIDEO_CAPTIONS[2], "\n".join(VIDEO_REFERENCES[2]), model=model_dir)
     assert references_alone == capeval.EMScore(model=model_dir).score(None, VIDEO_CAPTIONS[2:], VIDEO_REFERENCES[2:])
     assert Path(app.METRIC_SCRIPT).name == "emscore.py"
+
+
+def test_emscore_card_maps_every_result_to_the_reference() -> None:
+    card = (REPO_ROOT / "metrics" / "emscore" / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(emscore_\w+)` \| `results\['(.+?)'\](\['\w+'\])` \|", card, re.M)
+    assert {key: f"{view}{name}" for key, view, name in rows} == dict(EMSCORE_RESULT_KEYS)
+    assert len(rows) == len(EMSCORE_RESULT_KEYS) == 21
