@@ -16,7 +16,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from capeval.commands.arguments import family_label, listed, option_families, positive_int, region_families, \
     video_families
@@ -212,24 +212,25 @@ def _keyed_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
     if references is not None:
         check_same_keys(candidates, args.candidates, references, args.references)
     keys = list(candidates)
+    texts = [candidates[key] for key in keys]
     refs = [references[key] for key in keys] if references is not None else None
     if not sources:
         if family.inputs != "videos":
             raise InputError(f"give {listed(_entry_flags(family))}")
         if references is None:
             raise InputError(f"{family.label} needs --videos FOLDER, --references FILE or both (or --jsonl FILE)")
-        return ScoreInput("videos", None, [candidates[key] for key in keys], refs, keys)
+        return ScoreInput("videos", None, texts, refs, keys)
+    entries: Mapping[str, Any]
     if args.videos is not None:
-        found = files_of_keys(args.videos, keys, "video", VIDEO_EXTENSIONS | FEATURE_SUFFIXES)
-        return ScoreInput("videos", [found[key] for key in keys], [candidates[key] for key in keys], refs, keys)
-    if args.images is not None:
-        found = files_of_keys(args.images, keys, "image", IMAGE_EXTENSIONS)
+        entries = files_of_keys(args.videos, keys, "video", VIDEO_EXTENSIONS | FEATURE_SUFFIXES)
+    elif args.images is not None:
+        entries = files_of_keys(args.images, keys, "image", IMAGE_EXTENSIONS)
     else:
-        found = read_region_features(args.regions)
-        missing = [key for key in keys if key not in found]
+        entries = read_region_features(args.regions)
+        missing = [key for key in keys if key not in entries]
         if missing:
             raise InputError(f"{args.regions} has no region features for {_name_keys(missing)} of {args.candidates}")
-    return ScoreInput("images", [found[key] for key in keys], [candidates[key] for key in keys], refs, keys)
+    return ScoreInput("images" if args.videos is None else "videos", [entries[key] for key in keys], texts, refs, keys)
 
 
 def _jsonl_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
