@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from PIL import Image
@@ -196,11 +196,17 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", "
 def images_by_stem(folder: Path) -> Dict[str, List[Path]]:
     """The image files in ``folder`` (an extension in :data:`IMAGE_EXTENSIONS`) by file stem, the image id; the files
     of one stem are sorted by name (several of them are for the caller to refuse or not)."""
+    return files_by_stem(folder, IMAGE_EXTENSIONS, "image")
+
+
+def files_by_stem(folder: Path, extensions: AbstractSet[str], kind: str) -> Dict[str, List[Path]]:
+    """The files in ``folder`` with one of ``extensions`` (lower case, any case on disk) by file stem, sorted by name
+    within a stem; ``kind`` (``"image"``, ``"video"``) names the folder in the error when it does not exist."""
     if not folder.is_dir():
-        raise InputError(f"image folder not found: {folder}")
+        raise InputError(f"{kind} folder not found: {folder}")
     found: Dict[str, List[Path]] = {}
     for path in sorted(folder.iterdir()):
-        if path.suffix.lower() in IMAGE_EXTENSIONS and path.is_file():
+        if path.suffix.lower() in extensions and path.is_file():
             found.setdefault(path.stem, []).append(path)
     return found
 

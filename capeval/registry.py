@@ -103,6 +103,18 @@ class MetricFamily:
     for the images."""
     inputs: str = "images"
     """What the captions describe: ``"images"`` or ``"videos"`` (the scorer's first argument)."""
+    also_videos: bool = False
+    """For an image family: whether its scorer also scores videos, given as ``score(videos=..., candidates=...)`` in
+    place of the images (PAC-S: video PAC-S, EMScore's arithmetic on its backbone)."""
+    extra_options: Tuple[str, ...] = ()
+    """Scorer keywords beyond the model, revision, device, batch size, precision and cache folder that every family
+    takes; the ``evaluate`` module and ``capeval score`` pass them on."""
+
+    @property
+    def entries(self) -> Tuple[str, ...]:
+        """The scorer's keywords for what the captions describe: ``("images",)``, ``("videos",)``, or ``("images",
+        "videos")`` for an image family that also scores videos."""
+        return (self.inputs, "videos") if self.also_videos else (self.inputs,)
 
     @property
     def default_model(self) -> str:
@@ -131,7 +143,8 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"pac_score": "PAC-S", "ref_pac_score": "RefPAC-S"},
                      accelerator_precision="fp32",  # its code calls model.float()
                      benchmark_metrics={"pac_s": BenchmarkMetric("pac_scores", False, "PAC-S"),
-                                        "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")}),
+                                        "ref_pac_s": BenchmarkMetric("ref_pac_scores", True, "RefPAC-S")},
+                     also_videos=True),
         MetricFamily("emscore", "capeval.scorers.emscore:EMScore", "EMScore", references="optional",
                      description="EMScore (Shi et al., 2022): fine- and coarse-grained matching of a video's CLIP "
                                  "frame embeddings and the caption's token embeddings, with and without references",
@@ -141,7 +154,7 @@ FAMILIES: Dict[str, MetricFamily] = {
                      benchmark_metrics={"emscore": BenchmarkMetric("emscore_video_full_fs", False, "EMScore"),
                                         "ref_emscore": BenchmarkMetric("emscore_video_refs_full_fs", True,
                                                                        "EMScoreRef")},
-                     inputs="videos"),
+                     inputs="videos", extra_options=("idf", "idf_corpus", "num_frames")),
         MetricFamily("bridge", "capeval.scorers.bridge:BRIDGEScore", "BRIDGE", references="unused",
                      description="BRIDGE (Sarto et al., 2024): CLIP-S joined by pseudo-captions of the image's "
                                  "template caption filled from CLIP grid features",

@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 FEATURE_SUFFIXES = frozenset({".pt", ".npy"})
 """File name endings read as precomputed frame features rather than decoded as video."""
 
+VIDEO_EXTENSIONS = frozenset({".mp4", ".m4v", ".webm", ".mkv", ".avi", ".mov", ".mpg", ".mpeg", ".wmv", ".flv", ".ogv",
+                              ".3gp"})
+"""File extensions (any case) of the video files read from a folder (``capeval score --videos``); any file PyAV opens
+can be given as a path."""
+
 INSTALL_HINT = 'pip install "capeval[video]"'
 
 Frame = Union[Image.Image, np.ndarray]

@@ -43,6 +43,16 @@ def region_families() -> List[MetricFamily]:
     return [family for family in FAMILIES.values() if family.region_features]
 
 
+def video_families() -> List[MetricFamily]:
+    """The families whose scorers score videos (``capeval score --videos``)."""
+    return [family for family in FAMILIES.values() if "videos" in family.entries]
+
+
+def option_families(option: str) -> List[MetricFamily]:
+    """The families whose scorers take ``option`` beyond the common ones (``num_frames``: EMScore)."""
+    return [family for family in FAMILIES.values() if option in family.extra_options]
+
+
 def listed(names: Iterable[str], last: str = "or") -> str:
     """``a``, ``a or b``, ``a, b or c``."""
     names = list(names)

@@ -1,9 +1,11 @@
-"""The gradio Space shared by the metric folders: one image, a candidate caption and optional references.
+"""The gradio Space shared by the metric folders: one image (or video, for a video family), a candidate caption and
+optional references.
 
-evaluate's default widget takes text only, so the Space builds its own form. The image reaches the metric as the
-uploaded file itself (``type="filepath"`` with ``image_mode=None``: gradio neither rotates it by EXIF nor converts or
-re-encodes it), exactly as the reference implementations read images. gradio is imported only by
-:func:`build_demo`, so :func:`score_caption` works without it.
+evaluate's default widget takes text only, so the Space builds its own form. The image or video reaches the metric as
+the uploaded file itself: images with ``type="filepath"`` and ``image_mode=None`` (gradio neither rotates them by
+EXIF nor converts or re-encodes them), videos uploaded with ``format=None`` (gradio neither converts nor flips them),
+exactly as the reference implementations read files. gradio is imported only by :func:`build_demo`, so
+:func:`score_caption` works without it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from functools import lru_cache
 from typing import Any, Dict, Optional, Sequence, Union
 
 import evaluate
+
+from capeval.registry import FAMILIES
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -22,12 +26,19 @@ def load_metric(metric_script: str) -> evaluate.EvaluationModule:
     return evaluate.load(metric_script)
 
 
-def score_caption(metric_script: PathLike, image: str, candidate: str, references: str = "",
+def entry_keyword(metric: evaluate.EvaluationModule) -> str:
+    """What the metric's Space uploads: ``"images"``, or ``"videos"`` for a video family."""
+    return FAMILIES[metric.family].inputs
+
+
+def score_caption(metric_script: PathLike, upload: Optional[str], candidate: str, references: str = "",
                   model: Optional[str] = None) -> Dict[str, Any]:
-    """The metric's result for one image file and caption; ``references`` holds one reference per line."""
+    """The metric's result for one uploaded image or video file (none: references alone, where the family scores
+    them so) and caption; ``references`` holds one reference per line."""
+    metric = load_metric(str(metric_script))
     reference_list = [line.strip() for line in (references or "").splitlines() if line.strip()]
-    return load_metric(str(metric_script)).compute(
-        predictions=[candidate], images=[image], references=[reference_list] if reference_list else None, model=model)
+    return metric.compute(predictions=[candidate], references=[reference_list] if reference_list else None,
+                          model=model, **{entry_keyword(metric): [upload] if upload else None})
 
 
 def build_demo(metric_script: PathLike, models: Sequence[str]) -> Any:
@@ -38,7 +49,10 @@ def build_demo(metric_script: PathLike, models: Sequence[str]) -> Any:
     with gr.Blocks(title=type(metric).__name__) as demo:
         gr.Markdown(f"# {type(metric).__name__}\n\n{metric.description}")
         with gr.Row():
-            image = gr.Image(type="filepath", image_mode=None, sources=["upload"], label="Image")
+            if entry_keyword(metric) == "videos":
+                upload = gr.Video(sources=["upload"], format=None, label="Video")
+            else:
+                upload = gr.Image(type="filepath", image_mode=None, sources=["upload"], label="Image")
             with gr.Column():
                 candidate = gr.Textbox(label="Candidate caption", lines=2)
                 references = gr.Textbox(label="References (optional, one per line)", lines=5)
@@ -46,5 +60,5 @@ def build_demo(metric_script: PathLike, models: Sequence[str]) -> Any:
                 button = gr.Button("Score", variant="primary")
         result = gr.JSON(label="Result")
         button.click(lambda *values: score_caption(metric_script, *values),
-                     inputs=[image, candidate, references, model], outputs=result)
+                     inputs=[upload, candidate, references, model], outputs=result)
     return demo

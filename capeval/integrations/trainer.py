@@ -301,8 +301,13 @@ def _token_rows(values: Any, name: str) -> List[List[int]]:
     return [row[row >= 0].tolist() for row in array]
 
 
+def _image_families() -> List[str]:
+    """The names of the metric families that score images (a captioner's evaluation images)."""
+    return sorted(name for name, family in FAMILIES.items() if family.inputs == "images")
+
+
 def _family_names() -> str:
-    return ", ".join(repr(name) for name in sorted(FAMILIES))
+    return ", ".join(repr(name) for name in _image_families())
 
 
 def _resolve_scorers(scorer: ScorerSpec) -> List[CaptionScorer]:
@@ -312,8 +317,10 @@ def _resolve_scorers(scorer: ScorerSpec) -> List[CaptionScorer]:
     scorers: List[CaptionScorer] = []
     for index, spec in enumerate(specs):
         if isinstance(spec, str):
-            if spec not in FAMILIES:
-                raise InputError(f"scorer[{index}] is {spec!r}; expected {_family_names()} or a scorer instance")
+            if spec not in _image_families():
+                scores = f" (a metric of {FAMILIES[spec].inputs})" if spec in FAMILIES else ""
+                raise InputError(f"scorer[{index}] is {spec!r}{scores}; expected {_family_names()} or a scorer "
+                                 "instance")
             scorers.append(scorer_class(spec)())
         elif all(hasattr(spec, attribute) for attribute in ("score", "metric_name", "ref_metric_name")):
             scorers.append(spec)

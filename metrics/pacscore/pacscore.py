@@ -27,6 +27,11 @@ Args:
     images (`list`): one image per prediction, as file paths, PIL images, uint8 HWC arrays or encoded bytes.
         A keyword of `compute` only: `add`/`add_batch` take predictions and references, so that evaluate never
         re-encodes the images (see the metric card).
+    videos (`list`): instead of images, one video per prediction (video PAC-S, Sec. 3.2 of the paper: EMScore's
+        formula on the PAC-S backbone): a video file path (`pip install "capeval[video]"`), a list of frames, a
+        uint8 TxHxWx3 array, a `capeval.VideoFeatures` or a `.pt` / `.npy` file of (T, D) frame features. Every
+        frame is used, with IDF from the references, else the candidates; for other settings use the
+        `capeval/emscore` metric with `model="capeval/pacs-clip-vit-b-32"`.
     references (`list` of `list` of `str`, *optional*): reference captions per prediction; when given,
         RefPAC-S is computed too. Give references for every prediction or for none.
     model (`str`, *optional*): hub id or local folder of a converted PAC-S model; default
@@ -37,9 +42,9 @@ Args:
     precision (`str`, *optional*): "auto" (default: fp32, as the reference code), "fp32", "fp16" or "bf16".
     cache_dir (`str`, *optional*): folder of capeval's on-disk embedding cache (none by default).
 Returns:
-    pac_score (`float`): mean PAC-S, in [0, 2.0].
+    pac_score (`float`): mean PAC-S, in [0, 2.0] for images; for videos EMScore(X,V) full F.
     pac_scores (`list` of `float`): PAC-S per prediction.
-    ref_pac_score (`float`): mean RefPAC-S (only with references).
+    ref_pac_score (`float`): mean RefPAC-S (only with references); for videos EMScore(X,V,X*) full F.
     ref_pac_scores (`list` of `float`): RefPAC-S per prediction (only with references).
     signature (`str`): metric, model, revision, weight, prompt, precision and capeval version.
 Examples:

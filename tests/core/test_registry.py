@@ -1,6 +1,7 @@
 """capeval.registry: one table of metric families, consistent with the scorers and read without importing torch."""
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -22,6 +23,9 @@ def test_each_family_names_its_scorer_and_results(name: str) -> None:
     assert entry.default_model in MODELS
     for metric in entry.benchmark_metrics.values():
         assert metric.result_key.endswith("s") and metric.result_key[:-1] in entry.result_keys
+    assert entry.inputs in ("images", "videos")
+    assert set(entry.entries) <= set(inspect.signature(scorer.score).parameters)
+    assert set(entry.extra_options) <= set(inspect.signature(scorer.__init__).parameters)
 
 
 def test_benchmark_metrics_come_from_the_families() -> None:

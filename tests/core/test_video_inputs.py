@@ -23,9 +23,8 @@ from capeval.inputs import InputError
 from capeval.video import (VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames, decoder_version,
                            iter_video_frames, load_video_features, sample_indices, validate_video)
 from fixtures.paths import REPO_ROOT
-from fixtures.videos import EXAMPLE_CLIP, Clip, write_clip
+from fixtures.videos import EXAMPLE_CLIP, H264, Clip, write_clip
 
-H264 = ("libx264", "mpeg4")
 CLIPS = [
     Clip("h264_64x48.mp4", H264, 64, 48),
     Clip("h264_1280x720.mkv", H264, 1280, 720, frames=6),

@@ -349,3 +349,9 @@ def test_several_scorers_report_each_metric(captioning: Captioning, clip_scorer:
     assert metrics["ref_clip_score"] == pytest.approx(direct_clip["ref_clip_score"], rel=1e-12)
     assert metrics["pac_score"] == pytest.approx(direct_pac["pac_score"], rel=1e-12)
     assert metrics["ref_pac_score"] == pytest.approx(direct_pac["ref_pac_score"], rel=1e-12)
+
+
+def test_video_metrics_are_refused_by_name(captioning: Captioning) -> None:
+    with pytest.raises(InputError, match=r"^scorer\[0\] is 'emscore' \(a metric of videos\); expected 'bridge', "
+                                         r"'clipscore', 'pacscore', 'tigerscore', 'vilbertscore' or a scorer instance$"):
+        build_compute_metrics(captioning.tokenizer, captioning.eval_dataset, "emscore")
