@@ -141,6 +141,18 @@ def _array_to_pil(array: np.ndarray, index: int) -> Image.Image:
     raise InputError(f"images[{index}]: expected an HW or HWC (C in 1, 3, 4) array, got shape {array.shape}")
 
 
+def read_utf8(path: Union[str, "os.PathLike[str]"]) -> str:
+    """The text of the file ``path`` (a leading byte order mark dropped), or an :class:`InputError` naming the file
+    and the first byte that is not UTF-8 (its line and offset) where the file is in another encoding."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise InputError(f"{path} is not UTF-8 text: byte 0x{data[error.start]:02x} on line {line} (offset "
+                         f"{error.start}); save it as UTF-8") from None
+
+
 def float32_rows(rows: np.ndarray, where: str, row_name: str) -> np.ndarray:
     """Finite 2-D ``rows`` as C-contiguous float32, or an :class:`InputError` naming ``where`` and the first row whose
     squared norm does not fit float32 (such a row, a value of 1e300 or a few near 3.4e38, becomes infinite or NaN in

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optiona
 
 from capeval.commands.arguments import family_label, listed, option_families, positive_int, region_families, \
     video_families
-from capeval.inputs import IMAGE_EXTENSIONS, InputError, TextPosition, TruncationWarning, files_by_stem, \
+from capeval.inputs import IMAGE_EXTENSIONS, InputError, TextPosition, TruncationWarning, files_by_stem, read_utf8, \
     validate_caption
 from capeval.models.regions.files import read_region_features
 from capeval.options import PRECISION_DTYPES
@@ -74,11 +74,10 @@ def _load_json_object(path: Path, layout: str) -> Dict[str, Any]:
             seen[key] = value
         return seen
 
-    with path.open(encoding="utf-8") as handle:
-        try:
-            data = json.load(handle, object_pairs_hook=unique_keys)
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path} is not valid JSON: {error}") from None
+    try:
+        data = json.loads(read_utf8(path), object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise InputError(f"{path} must hold a JSON object {layout}, found {type(data).__name__}")
     if not data:
@@ -148,30 +147,29 @@ def read_jsonl(path: Path) -> ScoreInput:
     candidates: List[str] = []
     references: List[Optional[List[str]]] = []
     lines: List[Tuple[int, str]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"line {number} of {path}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"{where} is not valid JSON: {error}") from None
-            if not isinstance(record, dict):
-                raise InputError(f'{where} must hold a JSON object {{"video": ..., "candidate": ..., "references": '
-                                 f"[...]}}, found {type(record).__name__}")
-            unknown = [field for field in record if field not in JSONL_FIELDS]
-            if unknown:
-                raise InputError(f"{where} has the unknown field {unknown[0]!r}; the fields are "
-                                 f"{listed(JSONL_FIELDS, 'and')}")
-            video = record.get("video")
-            if not isinstance(video, str) or not video.strip():
-                raise InputError(f'{where}: "video" must be the path of a video or frame feature file, found {video!r}')
-            candidates.append(validate_caption(record.get("candidate"), f"the candidate of {where}"))
-            refs = record.get("references")
-            references.append(None if refs is None else reference_list(refs, where))
-            videos.append(path.parent / video)
-            lines.append((number, video))
+    for number, line in enumerate(read_utf8(path).split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        where = f"line {number} of {path}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"{where} is not valid JSON: {error}") from None
+        if not isinstance(record, dict):
+            raise InputError(f'{where} must hold a JSON object {{"video": ..., "candidate": ..., "references": '
+                             f"[...]}}, found {type(record).__name__}")
+        unknown = [field for field in record if field not in JSONL_FIELDS]
+        if unknown:
+            raise InputError(f"{where} has the unknown field {unknown[0]!r}; the fields are "
+                             f"{listed(JSONL_FIELDS, 'and')}")
+        video = record.get("video")
+        if not isinstance(video, str) or not video.strip():
+            raise InputError(f'{where}: "video" must be the path of a video or frame feature file, found {video!r}')
+        candidates.append(validate_caption(record.get("candidate"), f"the candidate of {where}"))
+        refs = record.get("references")
+        references.append(None if refs is None else reference_list(refs, where))
+        videos.append(path.parent / video)
+        lines.append((number, video))
     if not lines:
         raise InputError(f"{path} holds no line; each line is one JSON object {{\"video\": ..., \"candidate\": ...}}")
     given = [refs is not None for refs in references]
@@ -248,8 +246,7 @@ def _jsonl_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
 
 def read_sentences(path: Path) -> List[str]:
     """A text file of one sentence a line (blank lines skipped), as ``--idf-corpus`` takes it."""
-    with path.open(encoding="utf-8") as handle:
-        sentences = [line.rstrip("\r\n") for line in handle if line.strip()]
+    sentences = [line.rstrip("\r") for line in read_utf8(path).split("\n") if line.strip()]
     if not sentences:
         raise InputError(f"{path} holds no sentence; give one sentence a line")
     return sentences

@@ -6,8 +6,9 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Dict
 
+from capeval.inputs import InputError, read_utf8
 from capeval.models.bridge.configuration import BridgeConfig
 
 if TYPE_CHECKING:
@@ -51,12 +52,24 @@ def register_bridge(subparsers: "argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=run_bridge)
 
 
+def _model_config(path: Path) -> Dict[str, Any]:
+    """The JSON object of ``--model-config``; :class:`InputError` naming the file otherwise."""
+    try:
+        values = json.loads(read_utf8(path))
+    except json.JSONDecodeError as error:
+        raise InputError(f"--model-config {path} is not valid JSON: {error}") from None
+    if not isinstance(values, dict):
+        raise InputError(f"--model-config {path} must hold a JSON object of BridgeConfig fields, found "
+                         f"{type(values).__name__}")
+    return values
+
+
 def build_config(args: argparse.Namespace) -> "TrainingConfig":
     """The training run that the arguments of ``capeval train bridge`` describe."""
     from capeval.models.bridge.losses import LossWeights
     from capeval.training.bridge import TrainingConfig
 
-    model = BridgeConfig.from_dict(json.loads(args.model_config.read_text())) if args.model_config else BridgeConfig()
+    model = BridgeConfig.from_dict(_model_config(args.model_config)) if args.model_config else BridgeConfig()
     if args.backbone:
         model = dataclasses.replace(model, backbone=args.backbone, backbone_revision=None)
     if args.captioner:

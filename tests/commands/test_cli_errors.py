@@ -52,3 +52,42 @@ def test_ctrl_c_prints_one_line(tiny_openai_clip, monkeypatch: pytest.MonkeyPatc
     assert main(["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images"), "--candidates",
                  str(EXAMPLES / "good_captions.json"), "--model", str(tiny_openai_clip.hf_dir)]) == 130
     assert capsys.readouterr().err.strip() == "capeval score: interrupted"
+
+
+LATIN_1 = '{"image1": "un caf\u00e9 au soleil"}'.encode("latin-1")
+
+
+@pytest.mark.parametrize("flag", ["--candidates", "--references"])
+def test_input_files_that_are_not_utf8_are_named(flag: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(LATIN_1)
+    files = {"--candidates": str(EXAMPLES / "good_captions.json"), "--references": str(EXAMPLES / "refs.json")}
+    files[flag] = str(bad)
+    argv = ["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images")]
+    for name, path in files.items():
+        argv += [name, path]
+    error = one_line_error(argv, capsys)
+    assert error.endswith(f"{bad} is not UTF-8 text: byte 0xe9 on line 1 (offset 18); save it as UTF-8")
+
+
+def test_benchmark_and_training_files_that_are_not_utf8_are_named(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture) -> None:
+    from capeval.benchmarks.datasets.base import read_json, tab_rows
+    from capeval.inputs import InputError
+
+    bad = tmp_path / "annotations.json"
+    bad.write_bytes(b"[\n" + LATIN_1 + b"\n]")
+    for reader in (read_json, lambda path: list(tab_rows(path, 2))):
+        with pytest.raises(InputError, match=r"annotations\.json is not UTF-8 text: byte 0xe9 on line 2"):
+            reader(bad)
+    error = one_line_error(["train", "bridge", "--annotations", str(bad), "--images", str(tmp_path),
+                            "--output-dir", str(tmp_path / "out"), "--model-config", str(bad)], capsys)
+    assert "annotations.json is not UTF-8 text" in error
+
+
+def test_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
+    from capeval.inputs import read_utf8
+
+    marked = tmp_path / "bom.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + '{"a": "caf\u00e9"}'.encode())
+    assert json.loads(read_utf8(marked)) == {"a": "caf\u00e9"}

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from capeval.inputs import InputError
+from capeval.inputs import InputError, read_utf8
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -248,8 +248,7 @@ def check_images(benchmark: Benchmark, image_dir: Optional[PathLike] = None, *, 
 def read_json(path: Path) -> Any:
     """The JSON value of ``path``."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        return json.loads(read_utf8(path))
     except json.JSONDecodeError as error:
         raise BenchmarkFormatError(f"{path}: not valid JSON ({error})") from None
 
@@ -257,30 +256,28 @@ def read_json(path: Path) -> Any:
 def read_jsonl(path: Path) -> List[Dict[str, Any]]:
     """The JSON value of every non-blank line of ``path``."""
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise BenchmarkFormatError(f"{path}:{line_number}: not valid JSON ({error})") from None
+    for line_number, line in enumerate(read_utf8(path).split("\n"), 1):  # not splitlines: JSON may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise BenchmarkFormatError(f"{path}:{line_number}: not valid JSON ({error})") from None
     return rows
 
 
 def tab_rows(path: Path, columns: int) -> Iterator[Tuple[int, List[str]]]:
     """``(line number, fields)`` of a tab-separated file whose lines have exactly ``columns`` fields."""
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            fields = line.split("\t")
-            if len(fields) != columns:
-                raise BenchmarkFormatError(
-                    f"{path}:{line_number}: expected {columns} tab-separated fields, found {len(fields)}"
-                )
-            yield line_number, fields
+    for line_number, line in enumerate(read_utf8(path).split("\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != columns:
+            raise BenchmarkFormatError(
+                f"{path}:{line_number}: expected {columns} tab-separated fields, found {len(fields)}"
+            )
+        yield line_number, fields
 
 
 def coco_references(path: Path) -> Dict[str, List[str]]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 from pathlib import Path
 from typing import Any, Dict, List
 
 from capeval.benchmarks.datasets.base import (BenchmarkFormatError, RatedItem, as_caption, as_number, as_references,
                                               read_json)
+from capeval.inputs import read_utf8
 
 COLUMNS = {"imgid", "mt", "refs", "score"}
 
@@ -27,7 +29,7 @@ def _item(row: Dict[str, Any], references: Any, index: int, where: str, image: s
 def polos_csv_items(path: Path) -> List[RatedItem]:
     """Items of a csv in the Polos / DENEB layout: ``imgid``, ``mt``, ``refs`` (a Python list literal), ``score``."""
     items = []
-    with open(path, encoding="utf-8", newline="") as handle:
+    with io.StringIO(read_utf8(path), newline="") as handle:
         reader = csv.DictReader(handle)
         missing = COLUMNS - set(reader.fieldnames or [])
         if missing:
