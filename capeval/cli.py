@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capeval", description="Faithful image-caption evaluation metrics.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     parser.add_argument("--verbose", action="store_true",
-                        help="also show the progress bars of transformers and huggingface_hub (model loading)")
+                        help="also show huggingface_hub's download progress bars (model loading from disk shows none)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (score, benchmark, regions, train, download):
         command.register(subparsers)

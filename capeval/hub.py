@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 from capeval.options import local_model_problem
 from capeval.originals import SOURCES
@@ -99,6 +100,22 @@ def loaded_revision(folder: Path, revision: Optional[str]) -> Optional[str]:
     if not path.is_file():
         return revision
     return f"original-{json.loads(path.read_text(encoding='utf-8'))['originals'][0]['sha256'][:12]}"
+
+
+@contextmanager
+def without_loading_bars() -> Iterator[None]:
+    """transformers' "Loading weights" progress bar hidden while a model loads from a folder on disk (noise for a
+    load of a second or two, printed by every process); its previous setting restored afterwards. Downloads keep
+    huggingface_hub's bars."""
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
 
 
 def folder_fingerprint(folder: Path, suffixes: Sequence[str] = (".json", ".txt", ".safetensors")) -> str:

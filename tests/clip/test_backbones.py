@@ -23,6 +23,18 @@ def test_a_backbone_is_loaded_once_per_model_device_and_precision(tiny_openai_cl
     assert half is not first and next(half.model.parameters()).dtype.itemsize == 2
 
 
+def test_loading_prints_no_progress_bar_and_keeps_the_setting(tiny_openai_clip, monkeypatch, capfd) -> None:
+    from transformers.utils import logging as transformers_logging
+
+    from capeval.models.clip import loading
+
+    monkeypatch.setattr(loading, "_CACHE", {})  # load again
+    transformers_logging.enable_progress_bar()
+    load_backbone(tiny_openai_clip.hf_dir, device="cpu")
+    assert "Loading weights" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()  # the user's setting is back
+
+
 def test_each_precision_name_resolves_to_its_dtype() -> None:
     assert {name: precision_dtype(name) for name in PRECISION_DTYPES} == {
         "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 from PIL import Image
 
-from capeval.hub import ModelNotAvailableError, resolve_model_folder
+from capeval.hub import ModelNotAvailableError, resolve_model_folder, without_loading_bars
 from capeval.models.bridge.configuration import DEFAULT_GRAMMAR, TemplateConfig
 from capeval.models.clip.preprocessing import TextTransform, clean_text
 
@@ -165,8 +165,9 @@ class BlipCaptioner:
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
         folder = captioner_folder(config.captioner, config.captioner_revision)
-        model = BlipForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device=device,
-                                                                                              dtype=dtype)
+        with without_loading_bars():
+            model = BlipForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device=device,
+                                                                                                  dtype=dtype)
         return cls(model, BlipProcessor.from_pretrained(folder), config)
 
     @torch.inference_mode()

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer, CLIPModel
 
 from capeval.hub import (ModelNotAvailableError, ModelRef, folder_fingerprint, loaded_revision, pinned_revision,
-                         resolve_model_folder)
+                         resolve_model_folder, without_loading_bars)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -104,7 +104,8 @@ def load_backbone(
     with _LOCK:
         if key not in _CACHE:
             folder = model_folder(name, revision)
-            clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
+            with without_loading_bars():
+                clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)
             tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
             context_length = clip.config.text_config.max_position_embeddings
