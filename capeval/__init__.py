@@ -1,4 +1,4 @@
-"""capeval: faithful, fast image-caption evaluation metrics for the Hugging Face ecosystem.
+"""capeval: faithful, fast caption evaluation metrics for images and videos, for the Hugging Face ecosystem.
 
 The scorers are imported on first use (PEP 562; ``from capeval import CLIPScore`` works as usual), so that importing
 capeval, :mod:`capeval.registry` or :mod:`capeval.cli` (``capeval --help``) loads neither torch nor transformers.

@@ -20,7 +20,7 @@ from capeval.version import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``capeval`` argument parser with its subcommands."""
-    parser = argparse.ArgumentParser(prog="capeval", description="Faithful image-caption evaluation metrics.")
+    parser = argparse.ArgumentParser(prog="capeval", description="Faithful caption evaluation metrics for images and videos.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     parser.add_argument("--verbose", action="store_true",
                         help="also show huggingface_hub's download progress bars (model loading from disk shows none)")
