@@ -1,6 +1,8 @@
 """``capeval download``: fetch models ahead of time (for machines whose compute nodes have no network), each as a
 scorer would on first use: the hub repository, else the authors' original files, checked and converted into
-capeval's cache. Prints what it fetched, the sizes and sha256 of the originals, and where each folder is."""
+capeval's cache. Prints what it fetched, the sizes and sha256 of the originals, and where each folder is. Every run
+first installs capeval's ``evaluate`` modules into evaluate's module cache (no network needed), so that
+``evaluate.load("capeval/<name>")`` works offline; ``--modules-only`` does that alone."""
 from __future__ import annotations
 
 import argparse
@@ -21,11 +23,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Fetch each MODEL as its first use would: a converted folder in capeval's cache, else the hub "
                     "repository at capeval's pinned revision, else the authors' original files, downloaded, checked "
                     "and converted into capeval's cache ($CAPEVAL_CACHE, else $HF_HOME/capeval). Run it where there "
-                    "is network access; afterwards the models load with HF_HUB_OFFLINE=1.",
+                    "is network access; afterwards the models load with HF_HUB_OFFLINE=1. Every run also installs "
+                    "capeval's evaluate modules into evaluate's module cache ($HF_MODULES_CACHE, else "
+                    '$HF_HOME/modules), so that evaluate.load("capeval/<name>") works offline.',
         epilog=f"Models: {', '.join(SOURCES)}. CAPEVAL_ORIGINALS_MIRROR=<base URL> takes every original file from "
                "<base URL>/<file name>.")
     parser.add_argument("models", nargs="*", metavar="MODEL", help="registry model names (see below)")
     parser.add_argument("--all", action="store_true", help="every published model")
+    parser.add_argument("--modules-only", action="store_true",
+                        help="only install the evaluate modules (capeval/<name> for every metric family); the models "
+                             "are then fetched on first use")
     parser.add_argument("--original", nargs="+", type=Path, default=[], metavar="FILE",
                         help="original files obtained by hand (named as the authors name them), for one MODEL: "
                              "checked and converted instead of downloaded")
@@ -34,14 +41,19 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _chosen_models(args: argparse.Namespace) -> List[str]:
-    """The models asked for; refuses unknown names, none, and --original with other than one model."""
+    """The models asked for (none with --modules-only); refuses unknown names, none, and --original with other than
+    one model."""
     from capeval.inputs import InputError
 
+    if args.modules_only:
+        if args.models or args.all or args.original:
+            raise InputError("--modules-only installs the evaluate modules alone: give no MODEL, --all or --original")
+        return []
     if args.all and args.models:
         raise InputError("give MODEL names or --all, not both")
     models = [name for name, source in SOURCES.items() if source.published] if args.all else list(args.models)
     if not models:
-        raise InputError("name the models to download, or give --all")
+        raise InputError("name the models to download, give --all, or --modules-only for the evaluate modules alone")
     unknown = [name for name in models if name not in SOURCES]
     if unknown:
         raise InputError(f"unknown model {', '.join(unknown)}; capeval's models: {', '.join(SOURCES)}")
@@ -95,16 +107,38 @@ def fetch_one(model: str, originals: Dict[str, Path]) -> Path:
     return getattr(importlib.import_module(module), function)(model)
 
 
+def install_evaluate_modules() -> bool:
+    """Install the evaluate modules, print where, and warn when the current folder holds a local script that
+    ``evaluate.load("capeval/<name>")`` would load instead; returns whether they were installed."""
+    from capeval.integrations.module_cache import ModuleInstallError, hub_id, install_modules, shadowing_scripts
+
+    try:
+        installed = install_modules()
+    except ModuleInstallError as error:
+        print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return False
+    folder = next(iter(installed.values())).parents[2]
+    print(f"evaluate modules {', '.join(hub_id(family) for family in installed)}: installed in {folder} "
+          '(evaluate.load("capeval/<name>") finds them with no network)', flush=True)
+    for script in shadowing_scripts(Path.cwd()):
+        warnings.warn(f'in this folder ({Path.cwd()}), evaluate.load("{hub_id(script.stem)}") loads the local file '
+                      f"{hub_id(script.stem)}/{script.name} (evaluate takes a local path first), not capeval's "
+                      "installed module: run Python from another folder to use the installed module")
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``capeval download``: every model is tried; returns 2 when one could not be had."""
+    """Handler of ``capeval download``: the evaluate modules are installed and every model is tried; returns 2 when
+    the modules or a model could not be had."""
     from capeval.fetch import cached_model, nltk_data, offline
     from capeval.hub import ModelNotAvailableError
 
     models = _chosen_models(args)
-    if offline():
+    if offline() and models:
         warnings.warn("HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is downloaded, only models already in the "
                       "caches are found")
     given = _given_originals(models[0], args.original) if args.original else {}
+    modules_installed = install_evaluate_modules()
     failed = []
     for model in models:
         already = cached_model(model) is not None and not given
@@ -124,5 +158,4 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         print(f"capeval download: {len(failed)} of {len(models)} models could not be had: {', '.join(failed)}",
               file=sys.stderr)
-        return 2
-    return 0
+    return 0 if modules_installed and not failed else 2

@@ -1,5 +1,6 @@
 """The shared ``evaluate`` adapter behind every ``metrics/<family>`` folder (one per :data:`capeval.registry.FAMILIES`
-entry).
+entry; the folders are ``capeval/integrations/metrics/``, shipped with the package, and
+:mod:`capeval.integrations.module_cache` installs them for ``evaluate.load("capeval/<family>")``).
 
 A metric script subclasses :class:`CaptionMetric` and sets the texts and the metric family name; the scorer class
 comes from :mod:`capeval.registry`. Scripts must import this module (``from capeval.integrations import

@@ -3,10 +3,12 @@ hub, an empty cache per test, and a guard that fails any connection to another h
 from __future__ import annotations
 
 import socket
+import sys
 import zipfile
 from pathlib import Path
 from typing import Callable, Dict, Iterator
 
+import evaluate.config
 import huggingface_hub.constants
 import nltk
 import nltk.pathsec
@@ -87,7 +89,7 @@ def online(server: OriginalsServer, stand_in_table: Dict[str, ModelSource], nltk
            monkeypatch: pytest.MonkeyPatch) -> OriginalsServer:
     """Network allowed, with the hub, every original host and NLTK's data index replaced by the loopback server (the
     hub's API answers 404: no capeval repository exists), the table describing the stand-ins, empty caches under
-    ``tmp_path`` (NLTK's data path too), and empty model caches of the loaders."""
+    ``tmp_path`` (NLTK's data path and evaluate's module cache too), and empty model caches of the loaders."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("CAPEVAL_CACHE", raising=False)
     monkeypatch.delenv("CAPEVAL_OFFLINE", raising=False)
@@ -95,6 +97,8 @@ def online(server: OriginalsServer, stand_in_table: Dict[str, ModelSource], nltk
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", server.url)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "hf-home" / "modules")
+    monkeypatch.setattr(sys, "path", [*sys.path])  # evaluate puts its module cache on the import path
     monkeypatch.setenv(MIRROR_VARIABLE, server.url)
     for model, source in stand_in_table.items():
         monkeypatch.setitem(SOURCES, model, source)

@@ -29,7 +29,9 @@ def test_download_then_tiger_scores_offline(online: OriginalsServer, stand_ins: 
     cached, and TIGEr scores with the default model and NLTK data with no request."""
     assert main(["download", SCAN]) == 0
     folder = converted_folder(SCAN)
-    lines = capsys.readouterr().out.splitlines()
+    modules, *lines = capsys.readouterr().out.splitlines()
+    assert modules.startswith("evaluate modules capeval/clipscore, capeval/pacscore, ") and \
+        f"installed in {tmp_path / 'hf-home' / 'modules' / 'evaluate_modules' / 'metrics'} " in modules
     assert lines[0] == f"{SCAN}: fetched, converted by capeval 0.1.0 from its original files, in {folder}"
     assert lines[1:] == [
         f"  {name}: {(stand_ins / name).stat().st_size:,} bytes, sha256 {sha256_of(stand_ins / name)} (checked "
@@ -40,7 +42,7 @@ def test_download_then_tiger_scores_offline(online: OriginalsServer, stand_ins: 
     go_offline()
     assert main(["download", SCAN]) == 0
     printed = capsys.readouterr()
-    assert printed.out.splitlines()[0] == (f"{SCAN}: already in the cache, converted by capeval 0.1.0 from its "
+    assert printed.out.splitlines()[1] == (f"{SCAN}: already in the cache, converted by capeval 0.1.0 from its "
                                            f"original files, in {folder}")
     assert printed.err == ("capeval download: warning: HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is "
                            "downloaded, only models already in the caches are found\n")
@@ -68,7 +70,9 @@ def test_a_file_obtained_by_hand_is_checked_and_converted(online: OriginalsServe
 
 
 def test_refused_arguments(online: OriginalsServer, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    cases = [(["download"], "name the models to download, or give --all"),
+    cases = [(["download"], "name the models to download, give --all, or --modules-only for the evaluate modules"),
+             (["download", SCAN, "--modules-only"], "--modules-only installs the evaluate modules alone: give no "
+                                                    "MODEL, --all or --original"),
              (["download", "capeval/nope"],
               "unknown model capeval/nope; capeval's models: openai/clip-vit-base-patch32, "),
              (["download", SCAN, "--all"], "give MODEL names or --all, not both"),
@@ -90,10 +94,11 @@ def test_bridge_says_it_has_no_published_weights(online: OriginalsServer, capsys
 
 
 def test_all_means_every_published_model() -> None:
-    chosen = _chosen_models(argparse.Namespace(all=True, models=[], original=[]))
+    chosen = _chosen_models(argparse.Namespace(all=True, models=[], original=[], modules_only=False))
     assert chosen == [name for name in SOURCES if name != "capeval/bridge-clip-vit-b-32"]
     with pytest.raises(InputError, match="--original takes the files of one MODEL"):
-        _chosen_models(argparse.Namespace(all=True, models=[], original=[Path("x")]))
+        _chosen_models(argparse.Namespace(all=True, models=[], original=[Path("x")], modules_only=False))
+    assert _chosen_models(argparse.Namespace(all=False, models=[], original=[], modules_only=True)) == []
 
 
 def test_readme_lists_the_download_sizes_of_the_table() -> None:
