@@ -39,8 +39,9 @@ from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
 from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, header_size, preprocess, resized_size
 
-EXTRACTION_VERSION = "1"
-"""Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused."""
+EXTRACTION_VERSION = "2"
+"""Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
+bottom-up RPN keeps at least ``min_boxes`` proposals, see :attr:`ExtractionSettings.min_proposals`)."""
 
 _PER_REGION = ("scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
 
@@ -98,10 +99,13 @@ class DetectionRows(RowProducer[ImageItem]):
 
     def encode(self, batches: List[List[Tuple[ImageItem, Tuple[int, int]]]]) -> Iterator[List[np.ndarray]]:
         config = self.detector.config
+        # only the bottom-up detector fills up its proposals (the rule of the bottom-up selection)
+        fills_proposals = isinstance(self.detector, BottomUpDetector)
+        options = {"min_proposals": self.settings.min_proposals} if fills_proposals else {}
         for batch in batches:
             images = [self._preprocessed(item, size) for item, size in batch]
             height, width = images[0].content_size
-            regions = self.detector(torch.stack([image.pixels for image in images]), height, width)
+            regions = self.detector(torch.stack([image.pixels for image in images]), height, width, **options)
             yield [pack_detections(select_regions(result, image, config, self.settings))
                    for image, result in zip(images, regions)]
 
