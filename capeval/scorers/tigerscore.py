@@ -95,8 +95,10 @@ class TIGErScore(Scorer):
         import nltk
 
         scan = self.scan
-        return [("model", scan.name), ("revision", model_revision(scan)), ("lambda", scan.config.lambda_softmax),
-                ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
+        fields = [("model", scan.name), ("revision", model_revision(scan)), ("lambda", scan.config.lambda_softmax),
+                  ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
+        sources = self._keyed.sources()
+        return fields if sources is None else [*fields, ("detector", sources)]
 
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
@@ -105,7 +107,7 @@ class TIGErScore(Scorer):
         Items where the original code raises get the results defined in :mod:`capeval.functional.tigerscore`; a warning
         gives their number."""
         self._undefined = functional.UndefinedCounts()
-        self._keyed.clear()
+        self._keyed.reset()
         result = super().score(images, candidates, references)
         counts = self._undefined
         if counts.total():

@@ -111,8 +111,11 @@ class ViLBERTScore(Scorer):
         self._undefined_f1 = 0
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        return [("model", self.vilbert.name), ("revision", model_revision(self.vilbert)), ("task", self.task_id), ("layer", self.layer),
-                ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"), ("refs", "mean")]
+        fields = [("model", self.vilbert.name), ("revision", model_revision(self.vilbert)), ("task", self.task_id),
+                  ("layer", self.layer), ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"),
+                  ("refs", "mean")]
+        sources = self._keyed.sources()
+        return fields if sources is None else [*fields, ("detector", sources)]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, MAX_LENGTH, rule="cutting the tail, [SEP] included")
@@ -120,7 +123,7 @@ class ViLBERTScore(Scorer):
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
         self._undefined_f1 = 0
-        self._keyed.clear()
+        self._keyed.reset()
         result = super().score(images, candidates, references)
         if self._undefined_f1:
             warnings.warn(f"{self._undefined_f1} (candidate, reference) pairs have P + R = 0; their F is 0 "

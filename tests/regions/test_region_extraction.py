@@ -146,7 +146,8 @@ def test_two_processes_write_the_file_of_one(detector: BottomUpDetector, tmp_pat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each launched process (OMP_NUM_THREADS=1), so sums run in the same order
     try:
-        single = RegionExtractor(detector, SETTINGS, batch_size=2)
+        # the detector as the processes load it, so that the files record the same source
+        single = RegionExtractor(DETECTORS["bottom-up"].load(model_dir), SETTINGS, batch_size=2)
         assert extract_to_file(single, {key: Path(path) for key, path in images.items()}, tmp_path / "one.npz") == 6
     finally:
         torch.set_num_threads(threads)

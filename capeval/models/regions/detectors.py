@@ -88,6 +88,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
     detector = spec.model_class()(spec.config_class.from_dict(values))
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
+    detector.name = str(model)
     detector.fingerprint = folder_fingerprint(folder)
     detector.revision = revision
     return detector.to(device or "cpu").eval()

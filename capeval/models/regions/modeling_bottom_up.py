@@ -65,6 +65,8 @@ class BottomUpDetector(nn.Module):
     def __init__(self, config: BottomUpConfig) -> None:
         super().__init__()
         self.config = config
+        self.name = config.model_type
+        """Hub id or folder it was loaded from (the config's ``model_type`` until then); set by ``load_detector``."""
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
         self.revision: Optional[str] = None
