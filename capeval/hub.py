@@ -29,10 +29,11 @@ def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
 
 
 def resolve_model_folder(
-    model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str
+    model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str, parameter: str = "model"
 ) -> Path:
     """A local folder as-is, or the hub snapshot of ``model`` at ``revision`` holding the files matching
-    ``allow_patterns`` (the local cache when offline); ``converter`` names the script that writes such folders."""
+    ``allow_patterns`` (the local cache when offline); ``converter`` names the script that writes such folders, and
+    ``parameter`` the argument that takes one (``regions`` for a scorer's detector)."""
     problem = local_model_problem(model, converter)
     if problem is not None:
         raise ModelNotAvailableError(problem)
@@ -48,7 +49,7 @@ def resolve_model_folder(
         raise ModelNotAvailableError(
             f"model {model!r} (revision {revision!r}) is not in the local Hugging Face cache and the hub cannot be "
             "reached (HF_HUB_OFFLINE is set or there is no network). Run once with network access to cache it, or "
-            f"pass model=<local folder> with a converted model (see {converter}). Cause: {error}"
+            f"pass {parameter}=<local folder> with a converted model (see {converter}). Cause: {error}"
         ) from None
     except Exception as error:  # repository or revision errors from the hub
         raise ModelNotAvailableError(f"cannot load model {model!r} at revision {revision!r}: {error}") from None

@@ -14,6 +14,7 @@ FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
     ("pass image_dir", "pass --images"),
     ("root=", "--data-root"),
     ("model=<", "--model <"),
+    ("regions=<", "--detector <"),
 )
 """How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
 
@@ -41,6 +42,11 @@ def family_label(family: MetricFamily) -> str:
 def region_families() -> List[MetricFamily]:
     """The families whose scorers read image regions (precomputed region features can stand in for the images)."""
     return [family for family in FAMILIES.values() if family.region_features]
+
+
+def detector_users(detector: str) -> List[str]:
+    """The labels of the families whose regions ``detector`` (a ``DETECTORS`` name) makes: ``["TIGEr"]``."""
+    return [family.label for family in region_families() if family.detector == detector]
 
 
 def listed(names: Iterable[str], last: str = "or") -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from capeval.commands.arguments import family_label, listed, positive_int, region_families
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, TextPosition, TruncationWarning, images_by_stem, \
     validate_caption
+from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.files import read_region_features
 from capeval.options import PRECISION_DTYPES
 from capeval.outputs import check_output_file
@@ -111,6 +112,8 @@ def _images(args: argparse.Namespace, keys: Sequence[str]) -> Dict[str, Any]:
     """The image (a file path, or region features read from ``--regions``) of each key."""
     if (args.images is None) == (args.regions is None):
         raise InputError("give either --images FOLDER or --regions FILE (precomputed region features)")
+    if args.detector is not None and args.images is None:
+        raise InputError("--detector makes the regions of --images; --regions FILE holds them already")
     if args.images is not None:
         return images_of_keys(args.images, keys)
     regions = read_region_features(args.regions)
@@ -124,6 +127,11 @@ def _scorer(family: MetricFamily, args: argparse.Namespace) -> "Scorer":
     """The family's scorer with the options given on the command line (the scorer's defaults for the others)."""
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
+    if args.detector is not None:
+        if not family.region_features:
+            raise InputError(f"--detector applies to the region-based metrics "
+                             f"({listed([family.name for family in region_families()], 'and')}), not {family.name}")
+        options["regions"] = args.detector
     return family.scorer_class()(**{name: value for name, value in options.items() if value is not None},
                                  progress=True)
 
@@ -203,6 +211,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--references", type=Path,
                         help='JSON {"<image id>": ["reference", ...], ...}; adds the reference-based score')
     parser.add_argument("--model", help="hub id or local folder of a converted model (default: the metric's own)")
+    detectors = listed([f"{family_detector(family).hub_id} for {family.name}" for family in region_families()], "and")
+    parser.add_argument("--detector", help="with --images, for region-based metrics: hub id or local folder of the "
+                                           "converted region detector that finds the images' regions, as "
+                                           f"`capeval regions --model` takes it (default: {detectors})")
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=positive_int, help="images per forward pass (default 64)")
