@@ -36,13 +36,14 @@ def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
 
 
 def resolve_model_folder(
-    model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str
+    model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str, parameter: str = "model"
 ) -> Path:
     """The folder of ``model``, in this order: a local folder as-is; for a registry model at its pinned revision,
     its folder built from the original files in capeval's cache (:mod:`capeval.fetch`); the hub snapshot at
     ``revision`` holding the files matching ``allow_patterns`` (the local cache when offline); else, for a model
     with original files, those files downloaded, checked and converted now (never when offline). ``converter``
-    names the script that writes such folders."""
+    names the script that writes such folders, and ``parameter`` the argument that takes one (``regions`` for a
+    scorer's detector)."""
     problem = local_model_problem(model, converter)
     if problem is not None:
         raise ModelNotAvailableError(problem)
@@ -81,13 +82,13 @@ def resolve_model_folder(
             f"{hub_problem} Nor is it in capeval's cache of models converted from their original files "
             f"({fetch.converted_folder(name)}), and capeval is offline, so they were not downloaded. On a machine "
             f"with network access and the same cache (HF_HOME or CAPEVAL_CACHE), run `capeval download {name}`, or "
-            f"pass model=<local folder> with a converted model (see {converter}). Cause: {cause}")
+            f"pass {parameter}=<local folder> with a converted model (see {converter}). Cause: {cause}")
     if name in SOURCES and SOURCES[name].no_original:
         hub_problem += f" It has no original files to build it from: {SOURCES[name].no_original}."
     if unreachable:
         raise ModelNotAvailableError(
-            f"{hub_problem} Run once with network access to cache it, or pass model=<local folder> with a converted "
-            f"model (see {converter}). Cause: {cause}") from None
+            f"{hub_problem} Run once with network access to cache it, or pass {parameter}=<local folder> with a "
+            f"converted model (see {converter}). Cause: {cause}") from None
     raise ModelNotAvailableError(hub_problem) from None
 
 

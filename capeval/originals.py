@@ -181,7 +181,7 @@ SOURCES: Dict[str, ModelSource] = {
         (OriginalFile("detectron_model.pth", "checkpoint", VILBERT_BASE + "detectron_model.pth", "MIT",
                       193_252_368 * 4),
          OriginalFile("detectron_config.yaml", "config_yaml", VILBERT_BASE + "detectron_config.yaml", "MIT", 4_000)),
-        "conversion.convert_regions:convert_checkpoint", (("detector", "resnext152-fpn"),)),
+        "conversion.convert_regions:convert_checkpoint", (("detector", "x152-fpn"),)),
 }
 """Registry model name -> :class:`ModelSource`: every key of :data:`capeval.registry.MODELS`."""
 

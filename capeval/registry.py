@@ -98,9 +98,10 @@ class MetricFamily:
     """The precision the reference code runs at on an accelerator (on CPU every family runs fp32)."""
     benchmark_metrics: Mapping[str, BenchmarkMetric]
     """Benchmark metric name (``ref_clip_s``) -> which result it reads."""
-    region_features: bool = False
-    """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand in
-    for the images."""
+    detector: Optional[str] = None
+    """For a scorer that reads image regions: the region detector that makes them from images (a name of
+    ``capeval.models.regions.detectors.DETECTORS``, whose default weights are the ``detector:<name>`` model of
+    :data:`MODELS`); ``None`` for the others."""
     inputs: str = "images"
     """What the captions describe: ``"images"`` or ``"videos"`` (the scorer's first argument)."""
     also_videos: bool = False
@@ -120,6 +121,12 @@ class MetricFamily:
     def default_model(self) -> str:
         """Hub id of the model the scorer loads when given none (a key of :data:`MODELS`)."""
         return default_model(self.name)
+
+    @property
+    def region_features(self) -> bool:
+        """Whether the scorer reads image regions, so that precomputed region features (``--regions FILE``) can stand
+        in for the images."""
+        return self.detector is not None
 
     def scorer_class(self) -> type:
         """The scorer class (imported now)."""
@@ -168,7 +175,7 @@ FAMILIES: Dict[str, MetricFamily] = {
                      result_keys={"tiger_score": "TIGEr"},
                      accelerator_precision="fp32",  # SCAN as trained; the grounding maths is float64 NumPy
                      benchmark_metrics={"tiger": BenchmarkMetric("tiger_scores", True, "TIGEr")},
-                     region_features=True),
+                     detector="bottom-up"),
         MetricFamily("vilbertscore", "capeval.scorers.vilbertscore:ViLBERTScore", "ViLBERTScore",
                      references="required",
                      description="ViLBERTScore P / R / F (Lee et al., 2020) on the 12-in-1 ViLBERT, from detector regions",
@@ -178,7 +185,7 @@ FAMILIES: Dict[str, MetricFamily] = {
                      benchmark_metrics={"vilbert_p": BenchmarkMetric("vilbert_precisions", True, "ViLBERTScore-P"),
                                         "vilbert_r": BenchmarkMetric("vilbert_recalls", True, "ViLBERTScore-R"),
                                         "vilbert_f": BenchmarkMetric("vilbert_f1s", True, "ViLBERTScore-F")},
-                     region_features=True),
+                     detector="x152-fpn"),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

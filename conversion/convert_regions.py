@@ -3,7 +3,7 @@
 ``--detector bottom-up`` (default): the bottom-up attention detector of ``unc-nlp/frcnn-vg-finetuned``
 (``pytorch_model.bin`` + ``config.yaml``) for
 :class:`capeval.models.regions.modeling_bottom_up.BottomUpDetector`.
-``--detector resnext152-fpn``: vilbert-multi-task's ``detectron_model.pth`` + ``detectron_config.yaml``
+``--detector x152-fpn``: vilbert-multi-task's ``detectron_model.pth`` + ``detectron_config.yaml``
 (vqa-maskrcnn-benchmark) for :class:`capeval.models.regions.modeling_x152_fpn.X152FpnDetector`.
 Checkpoints are read with ``torch.load(weights_only=True)``; a maskrcnn-benchmark checkpoint's ``"model"`` entry
 is the state dict (its optimizer / scheduler entries are ignored) and a leading ``module.`` is removed. The original
@@ -294,8 +294,8 @@ def x152_fpn_config(config: Mapping[str, Any]) -> X152FpnConfig:
 
 
 CONFIG_READERS: Dict[str, Callable[[Mapping[str, Any]], Union[BottomUpConfig, X152FpnConfig]]] = {
-    "bottom-up": bottom_up_config, "resnext152-fpn": x152_fpn_config}
-"""``--detector`` -> the reader of its original yaml."""
+    "bottom-up": bottom_up_config, "x152-fpn": x152_fpn_config}
+"""``--detector`` (a name of :data:`capeval.models.regions.detectors.DETECTORS`) -> the reader of its original yaml."""
 
 
 def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detector: str = "bottom-up") -> List[str]:
@@ -311,9 +311,9 @@ def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detec
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--detector", choices=sorted(CONFIG_READERS), default="bottom-up",
-                        help="bottom-up: unc-nlp/frcnn-vg-finetuned; resnext152-fpn: vilbert-multi-task's detector")
+                        help="bottom-up: unc-nlp/frcnn-vg-finetuned; x152-fpn: vilbert-multi-task's detector")
     parser.add_argument("--checkpoint", type=Path, required=True,
-                        help="pytorch_model.bin (bottom-up) or detectron_model.pth (resnext152-fpn)")
+                        help="pytorch_model.bin (bottom-up) or detectron_model.pth (x152-fpn)")
     parser.add_argument("--config", type=Path, required=True, help="its config.yaml / detectron_config.yaml")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
     ("pass image_dir", "pass --images"),
     ("root=", "--data-root"),
     ("model=<", "--model <"),
+    ("regions=<", "--detector <"),
 )
 """How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
 
@@ -51,6 +52,11 @@ def video_families() -> List[MetricFamily]:
 def option_families(option: str) -> List[MetricFamily]:
     """The families whose scorers take ``option`` beyond the common ones (``num_frames``: EMScore)."""
     return [family for family in FAMILIES.values() if option in family.extra_options]
+
+
+def detector_users(detector: str) -> List[str]:
+    """The labels of the families whose regions ``detector`` (a ``DETECTORS`` name) makes: ``["TIGEr"]``."""
+    return [family.label for family in region_families() if family.detector == detector]
 
 
 def listed(names: Iterable[str], last: str = "or") -> str:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
-from capeval.commands.arguments import family_label, listed, region_families
+from capeval.commands.arguments import detector_users, family_label, listed, region_families
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, images_by_stem
 from capeval.models.regions.configuration import ADAPTIVE
 from capeval.models.regions.detectors import DETECTORS
@@ -22,15 +22,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         description="Detect regions in every image of --images and write their features, boxes and image sizes to "
                     "--out, keyed by file stem; rerunning skips the images already written. The features stand in "
                     f"for the images of {metrics} (`capeval score --regions`, `capeval benchmark --regions`).")
-    parser.add_argument("--detector", choices=sorted(DETECTORS), default="bottom-up",
-                        help="bottom-up: the bottom-up attention detector (TIGEr; top 36 regions); x152-fpn: "
-                             "vilbert-multi-task's ResNeXt-152 FPN detector (ViLBERTScore; top 100 regions)")
+    detectors = "; ".join(f"{spec.name}: {spec.description} ({listed(detector_users(spec.name), last='and')}; "
+                          f"{spec.settings.regions_per_image()} regions per image)" for spec in DETECTORS.values())
+    parser.add_argument("--detector", choices=sorted(DETECTORS), default="bottom-up", help=detectors)
     parser.add_argument("--images", type=Path, required=True, help="folder of images")
     parser.add_argument("--out", type=Path, required=True, help="output .npz file")
-    parser.add_argument("--model", help="hub id or local folder of the converted detector (default: the "
-                                        "detector's capeval hub model)")
+    defaults = listed([f"{spec.hub_id} for {spec.name}" for spec in DETECTORS.values()], last="and")
+    parser.add_argument("--model", help=f"hub id or local folder of the converted detector (default: {defaults})")
     parser.add_argument("--adaptive", action="store_true",
-                        help="bottom-up only: 10 to 100 regions per image (confidence >= 0.2) instead of the top 36")
+                        help=f"bottom-up only: {ADAPTIVE.regions_per_image()} regions per image (confidence >= "
+                             f"{ADAPTIVE.confidence_threshold:g}) instead of "
+                             f"{DETECTORS['bottom-up'].settings.regions_per_image()}; such files are not TIGEr's")
     parser.add_argument("--preprocessing", choices=("caffe", "lxmert"), default="caffe",
                         help="caffe: the original feature files' pipeline (default); lxmert (bottom-up only): the "
                              "transformers port's")

@@ -22,6 +22,7 @@ from capeval.commands.arguments import family_label, listed, option_families, po
     video_families
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, TextPosition, TruncationWarning, files_by_stem, read_utf8, \
     validate_caption
+from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.files import read_region_features
 from capeval.options import PRECISION_DTYPES
 from capeval.outputs import check_output_file
@@ -274,6 +275,13 @@ def _scorer(family: MetricFamily, args: argparse.Namespace, family_options: Dict
     """The family's scorer with the options given on the command line (the scorer's defaults for the others)."""
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
+    if args.detector is not None:
+        if not family.region_features:
+            raise InputError(f"--detector applies to the region-based metrics "
+                             f"({listed([family.name for family in region_families()], 'and')}), not {family.name}")
+        if args.images is None:
+            raise InputError("--detector makes the regions of --images; --regions FILE holds them already")
+        options["regions"] = args.detector
     return family.scorer_class()(**{name: value for name, value in options.items() if value is not None},
                                  **family_options, progress=True)
 
@@ -369,6 +377,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                              '{"video": "<path>", "candidate": "...", "references": ["...", ...]} (references '
                              "optional), video paths relative to the file's folder")
     parser.add_argument("--model", help="hub id or local folder of a converted model (default: the metric's own)")
+    detectors = listed([f"{family_detector(family).hub_id} for {family.name}" for family in region_families()], "and")
+    parser.add_argument("--detector", help="with --images, for region-based metrics: hub id or local folder of the "
+                                           "converted region detector that finds the images' regions, as "
+                                           f"`capeval regions --model` takes it (default: {detectors})")
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=positive_int, help="images or video frames per forward pass (default 64)")

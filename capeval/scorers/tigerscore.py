@@ -17,7 +17,8 @@ from capeval.cache import text_key
 from capeval.engine import EmbeddingEngine
 from capeval.functional import tigerscore as functional
 from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
-from capeval.models.regions.detectors import DETECTORS
+from capeval.models.regions.configuration import ExtractionSettings
+from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.scan.encoders import GroundingPair, GroundingVectors, RegionEmbeddings, WordEmbeddings
@@ -32,7 +33,8 @@ RegionSource = Union[None, str, "os.PathLike[str]", Callable[[List[Any]], List[R
 """Where region features of image entries come from: a detector hub id or folder, or a callable (see TIGErScore)."""
 
 NUM_REGIONS = 36
-"""Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features."""
+"""Regions per image in TIGEr: the 36 fixed boxes of the bottom-up-attention features (``generate_tsv.py`` with
+``MIN_BOXES = MAX_BOXES = 36``), which SCAN was trained on and TIGEr's feature arrays hold."""
 
 
 class TIGErScore(Scorer):
@@ -44,10 +46,14 @@ class TIGErScore(Scorer):
         revision: hub revision; capeval's pinned revision for the default model when ``None``.
         regions: where region features of image entries come from. Entries that are :class:`RegionFeatures` are
             used as given and never need a detector. For other entries (path, PIL image, array, bytes): ``None``
-            loads the default bottom-up detector (``DETECTORS["bottom-up"]``, 36 fixed regions as
-            ``generate_tsv.py``) when the first one is met; a string is the hub id or folder of a converted
-            detector; a :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its
-            settings and cache); any other callable maps a list of PIL images to a list of :class:`RegionFeatures`.
+            loads the family's bottom-up detector (``family_detector(FAMILIES["tigerscore"])``, 36 regions per
+            image by ``generate_tsv.py``'s rule with ``MIN_BOXES = MAX_BOXES = 36``) when the first one is met; a
+            string is the hub id or folder of a converted detector, run with the same settings; a
+            :class:`~capeval.models.regions.extraction.RegionExtractor` is used as it is (with its cache; its
+            settings must keep 36 regions, as the default's); any other callable maps a list of PIL images to a
+            list of :class:`RegionFeatures`. The result signature records what made the regions when that is known
+            (``detector:...``: the detector, its revision and settings, from the detector run here or from the
+            ``source`` of precomputed :class:`RegionFeatures`, as ``capeval regions`` files record it).
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: images per forward pass of the SCAN image encoder, and (regions, caption) pairs per grounding
             batch.
@@ -82,6 +88,8 @@ class TIGErScore(Scorer):
             raise InputError(f"TIGEr runs SCAN in fp32 as trained (its grounding maths is float64); got precision "
                              f"{self.precision!r}")
         self.scan = load_scan(model if model is not None else self.family.default_model, revision, self.device)
+        if isinstance(regions, RegionExtractor):
+            _check_keeps_num_regions(regions.settings)
         self._region_source = regions
         self.cache_dir = cache_dir
         self._extractor: Optional[Union[RegionExtractor, Callable[[List[Any]], List[RegionFeatures]]]] = None
@@ -95,8 +103,10 @@ class TIGErScore(Scorer):
         import nltk
 
         scan = self.scan
-        return [("model", scan.name), ("revision", model_revision(scan)), ("lambda", scan.config.lambda_softmax),
-                ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
+        fields = [("model", scan.name), ("revision", model_revision(scan)), ("lambda", scan.config.lambda_softmax),
+                  ("tau", functional.WDS_TAU), ("nltk", nltk.__version__)]
+        sources = self._keyed.sources()
+        return fields if sources is None else [*fields, ("detector", sources)]
 
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
@@ -105,7 +115,7 @@ class TIGErScore(Scorer):
         Items where the original code raises get the results defined in :mod:`capeval.functional.tigerscore`; a warning
         gives their number."""
         self._undefined = functional.UndefinedCounts()
-        self._keyed.clear()
+        self._keyed.reset()
         result = super().score(images, candidates, references)
         counts = self._undefined
         if counts.total():
@@ -146,8 +156,9 @@ class TIGErScore(Scorer):
         source = self._region_source
         if callable(source):
             return source
-        detector = DETECTORS["bottom-up"]
-        return RegionExtractor(detector.load(source, device=self.device), detector.settings, cache_dir=self.cache_dir)
+        detector = family_detector(self.family)
+        return RegionExtractor(detector.load(source, device=self.device, parameter="regions"), detector.settings,
+                               cache_dir=self.cache_dir)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         entries = list(chunk.images)
@@ -177,3 +188,12 @@ class TIGErScore(Scorer):
         self._undefined = self._undefined + scores.undefined
         self._keyed.clear()
         return {"tiger_score": scores.tiger, "rrs_score": scores.rrs, "wds_score": scores.wds}
+
+
+def _check_keeps_num_regions(settings: ExtractionSettings) -> None:
+    """``ValueError`` unless ``settings`` keep exactly :data:`NUM_REGIONS` regions of every image (the bottom-up
+    selection with ``min_boxes = max_boxes = 36``, whose RPN fills up its proposals)."""
+    if settings.min_proposals != NUM_REGIONS or settings.max_boxes != NUM_REGIONS:
+        raise ValueError(f"TIGEr reads {NUM_REGIONS} regions per image, and this RegionExtractor keeps "
+                         f"{settings.regions_per_image()} by the {settings.selection!r} selection; use the settings of "
+                         f"DETECTORS[{TIGErScore.family.detector!r}] (min_boxes = max_boxes = {NUM_REGIONS})")

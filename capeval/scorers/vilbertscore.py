@@ -22,7 +22,7 @@ from capeval.engine import EmbeddingEngine
 from capeval.functional import vilbertscore as functional
 from capeval.inputs import (ImageItem, InputError, ScoringItems, TextPosition, TruncationWarning,
                             iter_scoring_items, validate_image)
-from capeval.models.regions.detectors import DETECTORS
+from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.vilbert.encoders import TextOnRegions, TextStates
@@ -34,7 +34,7 @@ from capeval.runtime import DeviceLike
 from capeval.scorers.base import Scorer, model_revision
 
 PathLike = Union[str, "os.PathLike[str]"]
-RegionSource = Union[RegionExtractor, Callable[[Any], RegionFeatures], None]
+RegionSource = Union[None, str, "os.PathLike[str]", RegionExtractor, Callable[[Any], RegionFeatures]]
 
 TASK_RETRIEVAL_COCO = 7
 """The task token the reference uses with the 12-in-1 model (``--task 7``, RetrievalCOCO)."""
@@ -67,8 +67,10 @@ class ViLBERTScore(Scorer):
         num_regions: detector regions each image must have (100, as the reference).
         regions: where the regions of image entries (not :class:`RegionFeatures`) come from: a
             :class:`~capeval.models.regions.extraction.RegionExtractor`, or a function from an image to
-            :class:`RegionFeatures`; by default ViLBERT's detector (``DETECTORS["x152-fpn"]``, 100 boxes as the
-            reference's feature files), loaded when an image entry first needs it.
+            :class:`RegionFeatures`; by default ViLBERT's detector (``family_detector(FAMILIES["vilbertscore"])``,
+            100 boxes as the reference's feature files), loaded when an image entry first needs it, from its hub
+            model or from the hub id or folder of converted weights that ``regions`` names. The result signature
+            records what made the regions when that is known (``detector:...``, as :class:`~capeval.TIGErScore`).
         chunk_size: items validated and scored at a time; a chunk's text states are held together (float32,
             ``(wordpieces + 2) * hidden_size * 4`` bytes per text with a task token, ``+ 1`` without: 43 kB for 12
             wordpieces on the 12-in-1 model); with images, a chunk's distinct images are detected together.
@@ -114,8 +116,11 @@ class ViLBERTScore(Scorer):
         self._undefined_f1 = 0
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
-        return [("model", self.vilbert.name), ("revision", model_revision(self.vilbert)), ("task", self.task_id), ("layer", self.layer),
-                ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"), ("refs", "mean")]
+        fields = [("model", self.vilbert.name), ("revision", model_revision(self.vilbert)), ("task", self.task_id),
+                  ("layer", self.layer), ("max_len", MAX_LENGTH), ("regions", f"{self.num_regions}+global"),
+                  ("refs", "mean")]
+        sources = self._keyed.sources()
+        return fields if sources is None else [*fields, ("detector", sources)]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, MAX_LENGTH, rule="cutting the tail, [SEP] included")
@@ -123,7 +128,7 @@ class ViLBERTScore(Scorer):
     def score(self, images: Iterable[Any], candidates: Iterable[str],
               references: Optional[Iterable[Sequence[str]]] = None) -> Dict[str, Any]:
         self._undefined_f1 = 0
-        self._keyed.clear()
+        self._keyed.reset()
         result = super().score(images, candidates, references)
         if self._undefined_f1:
             warnings.warn(f"{self._undefined_f1} (candidate, reference) pairs have P + R = 0; their F is 0 "
@@ -136,7 +141,7 @@ class ViLBERTScore(Scorer):
         it. Regions of images are made in :meth:`_score_chunk`, on the scoring thread, a chunk at a time."""
         if isinstance(entry, RegionFeatures):
             return self._keyed(entry, index)
-        if self.regions is None or isinstance(self.regions, RegionExtractor):
+        if self.regions is None or isinstance(self.regions, (str, os.PathLike, RegionExtractor)):
             return validate_image(entry, index)
         return UnresolvedEntry(entry, index)
 
@@ -147,10 +152,10 @@ class ViLBERTScore(Scorer):
         images = [entry for entry in entries if isinstance(entry, ImageItem)]
         detected: Dict[int, KeyedRegions] = {}
         if images:
-            if self.regions is None:
-                detector = DETECTORS["x152-fpn"]
-                self.regions = RegionExtractor(detector.load(device=self.device), detector.settings,
-                                               cache_dir=self.cache_dir)
+            if not isinstance(self.regions, RegionExtractor):  # None or the hub id / folder of the detector
+                detector = family_detector(self.family)
+                self.regions = RegionExtractor(detector.load(self.regions, device=self.device, parameter="regions"),
+                                               detector.settings, cache_dir=self.cache_dir)
             assert isinstance(self.regions, RegionExtractor)
             for image, regions in zip(images, self.regions.region_features(images)):
                 detected[image.index] = self._keyed(regions, image.index)

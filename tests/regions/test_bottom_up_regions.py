@@ -179,3 +179,27 @@ def test_hub_folder_config_is_the_full_model() -> None:
     differing = {k for k, v in small.to_dict().items() if config.to_dict()[k] != v}
     assert differing == {"stem_out_channels", "res2_out_channels", "bottleneck_channels", "rpn_hidden_channels",
                          "num_classes", "num_attributes"}
+
+
+def test_one_name_per_detector_and_generated_help(capsys: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The detector names of DETECTORS are those the registry's families, the converter and the commands use."""
+    from capeval.cli import main
+    from capeval.models.regions.detectors import DETECTORS
+    from capeval.registry import FAMILIES, MODELS
+    from conversion.convert_regions import CONFIG_READERS
+
+    assert sorted(CONFIG_READERS) == sorted(DETECTORS)
+    assert sorted(family.detector for family in FAMILIES.values() if family.region_features) == sorted(DETECTORS)
+    assert sorted(user for model in MODELS.values() for user in model.default_for if user.startswith("detector:")) \
+        == sorted(f"detector:{name}" for name in DETECTORS)
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: argparse wraps at hyphens
+    for command in (["regions", "--help"], ["score", "--help"]):
+        with pytest.raises(SystemExit):
+            main(command)
+    shown = capsys.readouterr().out
+    assert ("--detector {bottom-up,x152-fpn} bottom-up: the bottom-up attention Faster R-CNN, ResNet-101 on Visual "
+            "Genome (TIGEr; 36 regions per image); x152-fpn: vilbert-multi-task's ResNeXt-152 FPN Faster R-CNN on "
+            "Visual Genome (ViLBERTScore; 100 regions per image)") in " ".join(shown.split())
+    assert ("(default: capeval/bottom-up-frcnn-r101-vg for tigerscore and capeval/vilbert-detector-x152-fpn for "
+            "vilbertscore)") in shown

@@ -1,20 +1,19 @@
 """Region extraction through the embedding engine: batching by resized size, caches written before the engine, the
-decoded-size check, and two processes equal to one."""
+decoded-size check, two processes equal to one, and the bottom-up rule's regions where the RPN proposes few."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 import pytest
 import torch
-import yaml
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -22,11 +21,12 @@ from capeval.cache import DiskCache
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions import extraction
 from capeval.models.regions.configuration import ExtractionSettings
+from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
-from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
-from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config
+from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+from capeval.models.regions.proposals import propose_boxes
 from fixtures.paths import REPO_ROOT
-from fixtures.regions_checkpoints import REGIONS_DATA, converted_detector, synthetic_reference_state_dict
+from fixtures.regions_checkpoints import small_input_bottom_up_detector
 
 SETTINGS = ExtractionSettings(min_boxes=1, max_boxes=5)
 FIELDS = ("features", "boxes", "scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
@@ -35,10 +35,7 @@ FIELDS = ("features", "boxes", "scores", "object_ids", "object_scores", "attribu
 @pytest.fixture(scope="module")
 def detector() -> BottomUpDetector:
     """The tiny bottom-up detector at a small input size (shorter side 64, longer at most 100), so tests run fast."""
-    config = bottom_up_config(yaml.safe_load((REGIONS_DATA / "config.yaml").read_text()))
-    config = dataclasses.replace(config, min_size_test=64, max_size_test=100)
-    model = converted_detector(BottomUpDetector, synthetic_reference_state_dict({CELL_ANCHORS_KEY: cell_anchors(config)}),
-                               config)
+    model = small_input_bottom_up_detector()
     model.fingerprint = "tiny-bottom-up"
     return model
 
@@ -71,8 +68,9 @@ def test_caches_written_before_the_engine_are_served_until_the_version_changes(
         detector: BottomUpDetector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     items = [validate_image(image, i) for i, image in enumerate(_images([(32, 40), (40, 32), (32, 40)]))]
     expected = RegionExtractor(detector, SETTINGS).detections(items)
-    # the namespace the extractor used before: "regions-" + digest of fingerprint | version "1" | settings
-    text = f"tiny-bottom-up|1|{SETTINGS.signature()}"
+    # the namespace the extractor used before: "regions-" + digest of fingerprint | version | settings (version 2
+    # since the bottom-up RPN fills up its proposals to min_boxes)
+    text = f"tiny-bottom-up|2|{SETTINGS.signature()}"
     namespace = "regions-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
     DiskCache(tmp_path, namespace).put_many({item.key: _earlier_layout_row(d) for item, d in zip(items, expected)})
     cached = RegionExtractor(detector, SETTINGS, cache_dir=tmp_path)
@@ -148,7 +146,8 @@ def test_two_processes_write_the_file_of_one(detector: BottomUpDetector, tmp_pat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each launched process (OMP_NUM_THREADS=1), so sums run in the same order
     try:
-        single = RegionExtractor(detector, SETTINGS, batch_size=2)
+        # the detector as the processes load it, so that the files record the same source
+        single = RegionExtractor(DETECTORS["bottom-up"].load(model_dir), SETTINGS, batch_size=2)
         assert extract_to_file(single, {key: Path(path) for key, path in images.items()}, tmp_path / "one.npz") == 6
     finally:
         torch.set_num_threads(threads)
@@ -157,3 +156,52 @@ def test_two_processes_write_the_file_of_one(detector: BottomUpDetector, tmp_pat
     for key in one:
         assert two[key].dtype == one[key].dtype and two[key].tobytes() == one[key].tobytes()
     assert not Path(f"{out}.parts").exists()
+
+
+def test_proposals_suppressed_by_nms_fill_up_to_min_kept_highest_first() -> None:
+    # boxes 0-4 overlap almost entirely, box 5 stands apart: NMS keeps 0 and 5 of the 6
+    anchors = torch.tensor([[0, 0, 10, 10], [0.1, 0, 10.1, 10], [0.2, 0, 10.2, 10], [0.3, 0, 10.3, 10],
+                            [0.4, 0, 10.4, 10], [20, 20, 30, 30]], dtype=torch.float32)
+    scores = torch.tensor([0.9, 0.6, 0.8, 0.5, 0.7, 0.85])
+
+    def proposed(post_nms_topk: int, min_kept: int) -> List[float]:
+        _, kept = propose_boxes(scores, torch.zeros(6, 4), anchors, 40, 40, pre_nms_topk=6000,
+                                post_nms_topk=post_nms_topk, nms_threshold=0.7, min_size=0.0,
+                                box_weights=(1.0, 1.0, 1.0, 1.0), min_kept=min_kept)
+        return [round(float(score), 2) for score in kept]
+
+    assert proposed(300, 0) == proposed(300, 2) == [0.9, 0.85]  # the RPN as published
+    assert proposed(300, 4) == [0.9, 0.85, 0.8, 0.7]
+    assert proposed(300, 36) == [0.9, 0.85, 0.8, 0.7, 0.6, 0.5]  # every box there is
+    assert proposed(3, 36) == [0.9, 0.85, 0.8]  # never beyond post_nms_topk
+
+
+def test_every_image_gets_36_regions_where_the_rpn_proposes_fewer(
+        detector: BottomUpDetector, capeval_test_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate_tsv.py's rule with MIN_BOXES = MAX_BOXES = 36 keeps fewer regions when the RPN proposes fewer than 36
+    boxes: with the small-input detector, the CLIPScore example image1.jpg (20) and 3 of the first 10 Flickr8k images
+    (15 of the first 60). The RPN then keeps the boxes its NMS suppressed, after those it kept, and every image gets
+    36 regions."""
+    paths = [capeval_test_data / "examples" / "clipscore" / "images" / "image1.jpg",
+             *sorted((capeval_test_data / "flickr8k" / "images_original").glob("*.jpg"))[:10]]
+    propose = BottomUpDetector.propose
+    proposals: List[tuple] = []  # (after NMS alone, as the detector proposes them), image by image
+
+    def recorded(self, logits, deltas, anchors, height, width, min_proposals=0):  # type: ignore[no-untyped-def]
+        proposals.append((propose(self, logits, deltas, anchors, height, width),
+                          propose(self, logits, deltas, anchors, height, width, min_proposals)))
+        return proposals[-1][1]
+
+    monkeypatch.setattr(BottomUpDetector, "propose", recorded)
+    settings = DETECTORS["bottom-up"].settings
+    assert (settings.min_boxes, settings.max_boxes, settings.min_proposals) == (36, 36, 36)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = RegionExtractor(detector, settings, batch_size=1).detections(
+            [validate_image(path, index) for index, path in enumerate(paths)])
+    assert not [warning for warning in caught if "regions" in str(warning.message)]
+    assert [result.features.shape for result in results] == [(36, detector.config.pooled_feature_dim)] * len(paths)
+    after_nms = [len(nms_kept) for nms_kept, _ in proposals]
+    assert after_nms == [20, 38, 39, 36, 35, 35, 39, 42, 35, 38, 39]
+    for nms_kept, kept in proposals:
+        assert len(kept) == max(len(nms_kept), 36) and torch.equal(kept[:len(nms_kept)], nms_kept)

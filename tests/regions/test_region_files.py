@@ -53,3 +53,23 @@ def test_bad_files_name_the_problem(tmp_path: Path) -> None:
     (tmp_path / "regions.json").write_text("{}")
     with pytest.raises(InputError, match="expected a .npz or a bottom-up .tsv"):
         read_region_features(tmp_path / "regions.json")
+
+
+def test_npz_source_field_is_read_and_named_by_count_errors(tmp_path: Path) -> None:
+    source = "capeval/bottom-up-frcnn-r101-vg@v1.0(max_boxes=36,min_boxes=36)"
+    record = np.zeros((), dtype=[("features", np.float32, (10, 4)), ("source", f"S{len(source)}")])
+    record["source"] = source.encode()
+    np.savez(tmp_path / "regions.npz", made=record, plain=np.ones((10, 4), np.float32))
+    regions = read_region_features(tmp_path / "regions.npz")
+    assert regions["made"].source == source and regions["plain"].source is None
+    assert regions["made"].validated(0).source == source
+    with pytest.raises(InputError, match=r"images\[3\]\.features has 10 regions; this model needs 36 \(made by "
+                                         r"capeval/bottom-up-frcnn-r101-vg@v1\.0\(max_boxes=36,min_boxes=36\)\)"):
+        regions["made"].validated(3, num_regions=36)
+    with pytest.raises(InputError, match=r"images\[3\]\.features has 10 regions; this model needs 36$"):
+        regions["plain"].validated(3, num_regions=36)
+    record = np.zeros((), dtype=[("features", np.float32, (10, 4)), ("source", "S2")])
+    record["source"] = b"\xff\xfe"
+    np.savez(tmp_path / "bad.npz", bad=record)
+    with pytest.raises(InputError, match=r"^\S*bad.npz\['bad'\].source is not UTF-8 text"):
+        read_region_features(tmp_path / "bad.npz")

@@ -1,4 +1,5 @@
-"""Fixtures of the TIGEr tests: the Punkt parameters the goldens of tests/data/tiger were made with."""
+"""Fixtures of the TIGEr tests: the Punkt parameters the goldens of tests/data/tiger were made with, as NLTK's only
+data."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,3 +18,11 @@ def nltk_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in load_goldens()["cases"]["punkt"].items():
         (folder / name).write_text(text, encoding="utf-8")
     return root
+
+
+@pytest.fixture
+def offline_punkt(nltk_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NLTK reads its data from ``nltk_data`` alone for the test."""
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(nltk_data)])

@@ -14,9 +14,8 @@ import pytest
 from capeval.functional import tigerscore as F
 from capeval.models.scan import load_scan
 from capeval.models.scan.tokenization import punkt_parameters
-from conversion import convert_scan
-from fixtures.tiger_checkpoints import (TRAINING_OPTIONS, load_goldens, save_original_checkpoint, sha256,
-                                        synthetic_regions, synthetic_state, vocab_words, write_original_vocab)
+from fixtures.tiger_checkpoints import (convert_original, load_goldens, sha256, synthetic_regions, synthetic_state,
+                                        vocab_words)
 
 GOLDENS = load_goldens()
 CASES = GOLDENS["cases"]
@@ -38,12 +37,7 @@ def convert_synthetic(name: str, folder: Path) -> Path:
     rebuilt = {f"img_enc.{k}": sha256(v.numpy()) for k, v in image_state.items()}
     rebuilt.update({f"txt_enc.{k}": sha256(v.numpy()) for k, v in text_state.items()})
     assert rebuilt == recorded, "the synthetic weights differ from those the goldens were made with"
-    options = dict(TRAINING_OPTIONS, word_dim=dims["word_dim"], embed_size=dims["embed_size"], img_dim=dims["img_dim"])
-    checkpoint = save_original_checkpoint(folder / "model_best.pth", image_state, text_state, options)
-    vocab = write_original_vocab(vocab_words(CASES["vocab_words"], dims["vocab_size"]), folder / "vocab_orig.json")
-    out = folder / "converted"
-    assert convert_scan.main(["--checkpoint", str(checkpoint), "--vocab", str(vocab), "--out", str(out)]) == 0
-    return out
+    return convert_original(folder, image_state, text_state, vocab_words(CASES["vocab_words"], dims["vocab_size"]))
 
 
 @pytest.mark.parametrize("name", ["tiny", "full"])

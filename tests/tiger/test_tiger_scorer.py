@@ -121,10 +121,12 @@ def test_image_entries_go_through_the_region_source(scorer: TIGErScore, monkeypa
 
 
 def test_image_entries_load_the_bottom_up_detector(scorer: TIGErScore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Offline and not cached, the default detector cannot be had: the error names it and its pinned revision."""
+    """Offline and not cached, the default detector cannot be had: the error names it and its pinned revision, and
+    the argument that takes a local folder instead."""
     monkeypatch.setattr(scorer, "_extractor", None)
-    with pytest.raises(ModelNotAvailableError, match=r"capeval/bottom-up-frcnn-r101-vg' \(revision 'v1.0'\)"):
+    with pytest.raises(ModelNotAvailableError, match=r"capeval/bottom-up-frcnn-r101-vg' \(revision 'v1.0'\)") as error:
         scorer.score([np.zeros((6, 9, 3), dtype=np.uint8)], ["a cat"], [["a cat"]])
+    assert "pass regions=<local folder> with a converted model (see conversion/convert_regions.py)" in str(error.value)
 
 
 def test_identical_regions_get_the_defined_result_and_a_warning(scorer: TIGErScore) -> None:
@@ -132,13 +134,6 @@ def test_identical_regions_get_the_defined_result_and_a_warning(scorer: TIGErSco
     with pytest.warns(UserWarning, match=r"raises for 1 item\(s\).*1 with constant reference grounding"):
         result = scorer.score([same, regions_of("img0")], ["a dog", "a dog"], [["a cat"], ["a cat"]])
     assert result["rrs_scores"][0] == 1.0
-
-
-@pytest.fixture
-def offline_punkt(nltk_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nltk
-
-    monkeypatch.setattr(nltk.data, "path", [str(nltk_data)])
 
 
 def first_item_per_image() -> dict:

@@ -73,8 +73,8 @@ def test_images_go_through_the_detector_loaded_on_first_need(model_folder, regio
 
     loads = []
 
-    def load(model=None, revision=None, device=None):
-        loads.append(model)
+    def load(model=None, revision=None, device=None, parameter="model"):
+        loads.append((model, parameter))
         raise capeval.ModelNotAvailableError("no detector here")
 
     monkeypatch.setattr(type(DETECTORS["x152-fpn"]), "load", lambda self, *args, **kwargs: load(*args, **kwargs))
@@ -85,7 +85,19 @@ def test_images_go_through_the_detector_loaded_on_first_need(model_folder, regio
     Image.new("RGB", (32, 24)).save(image)
     with pytest.raises(capeval.ModelNotAvailableError, match="no detector here"):
         scorer.score([regions[0], image], ["a dog", "a cat"], [["a dog"], ["a cat"]])
-    assert loads == [None]  # the default detector, asked for once an image needs it
+    assert loads == [(None, "regions")]  # the default detector, asked for once an image needs it
+    named = capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions=str(tmp_path / "detector"))
+    with pytest.raises(capeval.ModelNotAvailableError, match="no detector here"):
+        named.score([image], ["a dog"], [["a dog"]])
+    assert loads[-1] == (str(tmp_path / "detector"), "regions")  # the hub id or folder regions= names
+
+
+def test_signature_records_what_made_the_regions(scorer, regions):
+    made = RegionFeatures(regions[0].features, regions[0].boxes, regions[0].image_size, source="x152@v9(settings)")
+    assert "|detector:" not in scorer.score([regions[0]], ["a dog"], [["a dog"]])["signature"]
+    signature = scorer.score([made, regions[1]], ["a dog", "a cat"], [["a dog"], ["a cat"]])["signature"]
+    assert "|regions:100+global|refs:mean|detector:unrecorded + x152@v9(settings)|" in signature
+    assert "|detector:" not in scorer.score([regions[1]], ["a dog"], [["a dog"]])["signature"]  # per call
 
 
 def test_default_detector_caches_its_regions_in_the_cache_folder(model_folder, regions, monkeypatch, tmp_path):

@@ -153,8 +153,13 @@ class ExtractionSettings:
     ``selection``:
       - ``"bottom-up"`` (default): ``generate_tsv.py``: per-class NMS (IoU 0.3, Caffe's +1 pixel convention) over
         the RPN proposals, each proposal scored by its highest class confidence among the classes that kept it; the
-        boxes are the proposals themselves (no box regression). ``min_boxes = max_boxes = 36`` gives the fixed
-        36-region files; ``min_boxes=10, max_boxes=100`` the adaptive ones.
+        boxes are the proposals themselves (no box regression). Those with confidence >= ``confidence_threshold``
+        are kept in proposal order, unless fewer than ``min_boxes`` or more than ``max_boxes`` pass: then the
+        ``min_boxes`` / ``max_boxes`` most confident, highest first. ``min_boxes = max_boxes = 36`` gives the fixed
+        36-region files (TIGEr's); ``min_boxes=10, max_boxes=100`` the adaptive ones. The rule needs at least
+        ``min_boxes`` proposals, which the original does not ensure (an image with fewer keeps every one, and
+        SCAN's ``convert_data.py`` then fails to stack it with the 36-region images): the RPN here keeps at least
+        ``min_boxes`` (:attr:`min_proposals`).
       - ``"lxmert"``: the port's ``do_nms``: class-specific regressed boxes of each proposal's best class, one
         class-agnostic NMS at ``detection_nms_threshold`` (0.6), the first ``max_boxes`` kept.
       - ``"vilbert"``: vilbert-multi-task's ``script/extract_features.py``: per-class NMS (``class_nms_threshold``
@@ -180,6 +185,22 @@ class ExtractionSettings:
             raise ValueError(f"selection must be one of {SELECTION_MODES}, got {self.selection!r}")
         if not 1 <= self.min_boxes <= self.max_boxes:
             raise ValueError(f"need 1 <= min_boxes <= max_boxes, got {self.min_boxes} and {self.max_boxes}")
+
+    @property
+    def min_proposals(self) -> int:
+        """RPN proposals the bottom-up detector keeps at least: ``min_boxes`` under the bottom-up selection, 0 (the
+        RPN as published) under the others. When its NMS leaves fewer, the proposals the NMS suppressed fill up,
+        highest objectness first (:func:`~capeval.models.regions.proposals.propose_boxes`), so that the selection
+        keeps ``min_boxes`` regions of every image, where the original keeps fewer. At the published input size
+        (600 / 1000 pixels) the RPN proposes 300 boxes for ordinary images (at least 170 for 1000:1 images with the
+        tests' random weights); fewer than 36 were met at a reduced input size (the tests' 64 pixels)."""
+        return self.min_boxes if self.selection == "bottom-up" else 0
+
+    def regions_per_image(self) -> str:
+        """How many regions these settings keep: ``"36"``, or ``"10 to 100"``."""
+        if self.min_boxes == self.max_boxes:
+            return str(self.max_boxes)
+        return f"{self.min_boxes} to {self.max_boxes}"
 
     def signature(self) -> str:
         """A stable string naming these settings, part of every cache namespace."""

@@ -4,7 +4,8 @@ their loading from a converted folder (``model.safetensors`` + ``config.json``) 
 Each :class:`DetectorSpec` holds the config and model classes and the extraction settings of the original feature
 files; its default weights are the registry's (:data:`capeval.registry.MODELS`, ``detector:<name>``), loaded at
 their pinned revision. :meth:`DetectorSpec.load` loads lazily (nothing is read, and torch is not imported, before a
-metric asks for regions). ``"bottom-up"`` serves TIGEr, ``"x152-fpn"`` ViLBERTScore.
+metric asks for regions). Which metric family reads which detector is the registry's
+(:attr:`capeval.registry.MetricFamily.detector`: ``"bottom-up"`` for TIGEr, ``"x152-fpn"`` for ViLBERTScore).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from capeval.configuration import CONFIG_NAME
 from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
-from capeval.registry import default_model
+from capeval.registry import MetricFamily, default_model
 
 if TYPE_CHECKING:
     import torch
@@ -32,6 +33,8 @@ class DetectorSpec:
     """One detector: its classes, its default weights and how its original feature files were extracted."""
 
     name: str
+    description: str
+    """What it is, in a few words (``capeval regions --help``)."""
     config_class: Type[ResNetConfig]
     model_path: str
     """``module:Class`` of the detector, imported on first use (so that naming detectors imports no torch)."""
@@ -50,17 +53,28 @@ class DetectorSpec:
         return getattr(importlib.import_module(module), name)
 
     def load(self, model: Union[str, Path, None] = None, revision: Optional[str] = None,
-             device: Union[str, "torch.device", None] = None) -> "nn.Module":
-        """The detector from ``model`` (a hub id or local folder; this detector's hub id by default)."""
-        return load_detector(self.hub_id if model is None else model, revision=revision, device=device, expected=self)
+             device: Union[str, "torch.device", None] = None, parameter: str = "model") -> "nn.Module":
+        """The detector from ``model`` (a hub id or local folder; this detector's hub id by default); ``parameter``
+        names the argument that took ``model``, for the error when it cannot be had."""
+        return load_detector(self.hub_id if model is None else model, revision=revision, device=device, expected=self,
+                             parameter=parameter)
 
 
 DETECTORS: Dict[str, DetectorSpec] = {
-    "bottom-up": DetectorSpec("bottom-up", BottomUpConfig, "capeval.models.regions.modeling_bottom_up:BottomUpDetector",
+    "bottom-up": DetectorSpec("bottom-up", "the bottom-up attention Faster R-CNN, ResNet-101 on Visual Genome",
+                              BottomUpConfig, "capeval.models.regions.modeling_bottom_up:BottomUpDetector",
                               ExtractionSettings(), cpu_seconds_per_image=50),
-    "x152-fpn": DetectorSpec("x152-fpn", X152FpnConfig, "capeval.models.regions.modeling_x152_fpn:X152FpnDetector",
+    "x152-fpn": DetectorSpec("x152-fpn", "vilbert-multi-task's ResNeXt-152 FPN Faster R-CNN on Visual Genome",
+                             X152FpnConfig, "capeval.models.regions.modeling_x152_fpn:X152FpnDetector",
                              VILBERT, cpu_seconds_per_image=100),
 }
+
+
+def family_detector(family: MetricFamily) -> DetectorSpec:
+    """The detector that makes the regions ``family``'s scorer reads from images (:attr:`MetricFamily.detector`)."""
+    if family.detector is None:
+        raise ValueError(f"{family.label} reads no image regions")
+    return DETECTORS[family.detector]
 
 
 def spec_for_model_type(model_type: str) -> DetectorSpec:
@@ -72,29 +86,32 @@ def spec_for_model_type(model_type: str) -> DetectorSpec:
                      f"({', '.join(DETECTORS)})")
 
 
-def detector_folder(model: Union[str, Path], revision: Optional[str] = None) -> Path:
+def detector_folder(model: Union[str, Path], revision: Optional[str] = None, parameter: str = "model") -> Path:
     """The folder of a detector (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
-    files :func:`load_detector` reads, downloaded or converted now if need be."""
+    files :func:`load_detector` reads, downloaded or converted now if need be; ``parameter`` names the argument that
+    took ``model`` in the error when it cannot be had."""
     return resolve_model_folder(str(model), pinned_revision(str(model), revision), (CONFIG_NAME, WEIGHTS_NAME),
-                                "conversion/convert_regions.py")
+                                "conversion/convert_regions.py", parameter)
 
 
 def load_detector(model: Union[str, Path], revision: Optional[str] = None,
                   device: Union[str, "torch.device", None] = None,
-                  expected: Optional[DetectorSpec] = None) -> "nn.Module":
+                  expected: Optional[DetectorSpec] = None, parameter: str = "model") -> "nn.Module":
     """The detector in eval mode on ``device`` (CPU by default), from a hub id (at ``revision``, else capeval's pinned
     one) or a local folder; the config's ``model_type`` says which detector it is, and every checkpoint tensor must
-    match a parameter. With ``expected``, a folder holding another detector is refused."""
+    match a parameter. With ``expected``, a folder holding another detector is refused. ``parameter`` names the
+    argument that took ``model`` (``regions`` for a scorer's), for the error when it cannot be had."""
     from safetensors.torch import load_file
 
     revision = pinned_revision(str(model), revision)
-    folder = detector_folder(model, revision)
+    folder = detector_folder(model, revision, parameter)
     values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
     spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
     if expected is not None and spec.name != expected.name:
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
     detector = spec.model_class()(spec.config_class.from_dict(values, complete=True))
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
+    detector.name = str(model)
     detector.fingerprint = folder_fingerprint(folder)
     detector.revision = loaded_revision(folder, revision)
     return detector.to(device or "cpu").eval()

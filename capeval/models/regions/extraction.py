@@ -13,8 +13,9 @@ namespace and layout of the caches written before detections went through the en
 The ``.npz`` file holds one key per image id; its value is a 0-d structured array with fields ``features`` (K, D)
 float32, ``boxes`` (K, 4) float32 in original pixels, ``image_size`` (width, height), ``scores``, ``object_ids``,
 ``object_scores``, ``attribute_ids``, ``attribute_scores``, ``num_boxes`` (regions with a non-zero selection score,
-the ``num_boxes`` of vilbert-multi-task's feature files) and ``content_hash``. Read it with
-:func:`capeval.models.regions.files.read_region_features` (``numpy.load`` works too, without pickle).
+the ``num_boxes`` of vilbert-multi-task's feature files), ``content_hash`` and ``source`` (the extractor's
+:attr:`RegionExtractor.source`: detector, revision and extraction settings, which result signatures record). Read it
+with :func:`capeval.models.regions.files.read_region_features` (``numpy.load`` works too, without pickle).
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
 from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, header_size, preprocess, resized_size
 
-EXTRACTION_VERSION = "1"
-"""Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused."""
+EXTRACTION_VERSION = "2"
+"""Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
+bottom-up RPN keeps at least ``min_boxes`` proposals, see :attr:`ExtractionSettings.min_proposals`)."""
 
 _PER_REGION = ("scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
 
@@ -98,10 +100,13 @@ class DetectionRows(RowProducer[ImageItem]):
 
     def encode(self, batches: List[List[Tuple[ImageItem, Tuple[int, int]]]]) -> Iterator[List[np.ndarray]]:
         config = self.detector.config
+        # only the bottom-up detector fills up its proposals (the rule of the bottom-up selection)
+        fills_proposals = isinstance(self.detector, BottomUpDetector)
+        options = {"min_proposals": self.settings.min_proposals} if fills_proposals else {}
         for batch in batches:
             images = [self._preprocessed(item, size) for item, size in batch]
             height, width = images[0].content_size
-            regions = self.detector(torch.stack([image.pixels for image in images]), height, width)
+            regions = self.detector(torch.stack([image.pixels for image in images]), height, width, **options)
             yield [pack_detections(select_regions(result, image, config, self.settings))
                    for image, result in zip(images, regions)]
 
@@ -139,13 +144,23 @@ class RegionExtractor:
         """Model fingerprint, extraction version and settings: a changed model or setting never meets old rows."""
         return self.engine.cache_namespace(DetectionRows.kind)
 
+    @property
+    def source(self) -> str:
+        """What made these regions, as region files and result signatures record it: the detector's name (hub id
+        or folder) at its revision (``local-<content hash>`` for a folder), and the settings
+        (``capeval/bottom-up-frcnn-r101-vg@v1.0(class_nms_threshold=0.3,...)``)."""
+        detector = self.detector
+        revision = detector.revision if detector.revision is not None else f"local-{detector.fingerprint[:12]}"
+        return f"{detector.name}@{revision}({self.settings.signature()})"
+
     def __call__(self, images: Iterable[ImageInput]) -> List[RegionFeatures]:
         """Region features (features, boxes, image size) of each image, validated one by one."""
         return self.region_features([validate_image(image, index) for index, image in enumerate(images)])
 
     def region_features(self, items: Sequence[ImageItem]) -> List[RegionFeatures]:
         """The :class:`RegionFeatures` (features, boxes, image size) of each validated image."""
-        return [RegionFeatures(d.features, d.boxes, d.image_size) for d in self.detections(items)]
+        source = self.source
+        return [RegionFeatures(d.features, d.boxes, d.image_size, source) for d in self.detections(items)]
 
     def detections(self, items: Sequence[ImageItem]) -> List[Detections]:
         """Kept regions of each item; duplicates (same content) share one detection."""
@@ -157,18 +172,20 @@ class RegionExtractor:
         return results
 
 
-def _record(detections: Detections, content_hash: str) -> np.ndarray:
+def _record(detections: Detections, content_hash: str, source: str) -> np.ndarray:
     count, dim = detections.features.shape
+    encoded_source = source.encode()
     dtype = np.dtype([("features", np.float32, (count, dim)), ("boxes", np.float32, (count, 4)),
                       ("image_size", np.float64, (2,)), ("scores", np.float32, (count,)),
                       ("object_ids", np.int64, (count,)), ("object_scores", np.float32, (count,)),
                       ("attribute_ids", np.int64, (count,)), ("attribute_scores", np.float32, (count,)),
-                      ("num_boxes", np.int64), ("content_hash", "S32")])
+                      ("num_boxes", np.int64), ("content_hash", "S32"), ("source", f"S{len(encoded_source)}")])
     record = np.zeros((), dtype=dtype)
-    for name in dtype.names[:-2]:
+    for name in dtype.names[:-3]:
         record[name] = getattr(detections, name)
     record["num_boxes"] = int(np.count_nonzero(detections.scores > 0))
     record["content_hash"] = content_hash.encode()
+    record["source"] = encoded_source
     return record
 
 
@@ -200,6 +217,7 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
     todo = [(image_id, path) for image_id, path in images.items() if image_id not in done]
     state.wait_for_everyone()  # every process has listed the same ids as done before the main process writes
     detected_before = extractor.detected
+    source = extractor.source
     bar = tqdm(total=len(images), initial=len(images) - len(todo), unit="image", desc="regions",
                disable=not state.is_main_process)
     for start in range(0, len(todo), chunk_size):
@@ -213,7 +231,7 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
             for (image_id, _), item, detection in zip(chunk, items, detections):
                 temporary = parts / f"{image_id}.npy.tmp"
                 with open(temporary, "wb") as handle:
-                    np.lib.format.write_array(handle, _record(detection, item.key), allow_pickle=False)
+                    np.lib.format.write_array(handle, _record(detection, item.key, source), allow_pickle=False)
                 os.replace(temporary, parts / f"{image_id}.npy")
         bar.update(len(chunk))
     bar.close()

@@ -13,7 +13,10 @@ from capeval.inputs import InputError, float32_rows
 @dataclass(frozen=True, eq=False)
 class RegionFeatures:
     """The regions of one image: ``features`` (N, D) float, ``boxes`` (N, 4) float as (x1, y1, x2, y2) in pixels of
-    the original image or ``None``, ``image_size`` (width, height) or ``None``.
+    the original image or ``None``, ``image_size`` (width, height) or ``None``, and ``source``: what made them
+    (detector, revision and extraction settings, :attr:`RegionExtractor.source
+    <capeval.models.regions.extraction.RegionExtractor.source>`) or ``None`` when unknown; result signatures record
+    it.
 
     TIGEr reads the features alone; ViLBERTScore also needs the boxes and the image size (its 5-d region locations).
     Use :meth:`validated` to check an instance against what a metric needs; it names the item on failure.
@@ -22,6 +25,7 @@ class RegionFeatures:
     features: np.ndarray
     boxes: Optional[np.ndarray] = None
     image_size: Optional[Tuple[float, float]] = None
+    source: Optional[str] = None
 
     def validated(self, index: int, *, feature_dim: Optional[int] = None, num_regions: Optional[int] = None,
                   needs_boxes: bool = False) -> "RegionFeatures":
@@ -35,7 +39,9 @@ class RegionFeatures:
         if feature_dim is not None and features.shape[1] != feature_dim:
             raise InputError(f"{where}.features has {features.shape[1]} columns; this model needs {feature_dim}")
         if num_regions is not None and features.shape[0] != num_regions:
-            raise InputError(f"{where}.features has {features.shape[0]} regions; this model needs {num_regions}")
+            made_by = f" (made by {self.source})" if self.source is not None else ""
+            raise InputError(f"{where}.features has {features.shape[0]} regions; this model needs {num_regions}"
+                             f"{made_by}")
         boxes = None
         if self.boxes is not None:
             boxes = _float_array(self.boxes, f"{where}.boxes").astype(np.float64)
@@ -59,10 +65,11 @@ class RegionFeatures:
                     row = int(np.flatnonzero(outside)[0])
                     raise InputError(f"{where}.boxes[{row}] = {boxes[row].tolist()} lies outside the "
                                      f"{width:g}x{height:g} image")
-        return RegionFeatures(float32_rows(features, f"{where}.features", "region"), boxes, size)
+        return RegionFeatures(float32_rows(features, f"{where}.features", "region"), boxes, size, self.source)
 
     def content_key(self) -> str:
-        """A hash of the features, boxes and image size: equal regions share cache rows whatever object holds them."""
+        """A hash of the features, boxes and image size: equal regions share cache rows whatever object holds them
+        (and whatever their ``source``)."""
         hasher = hashlib.blake2b(digest_size=16, person=b"capeval-regions")
         features = np.ascontiguousarray(self.features, dtype=np.float32)
         hasher.update(repr(features.shape).encode())
@@ -91,22 +98,37 @@ def keyed_regions(regions: RegionFeatures, index: int, **requirements: object) -
 
 class KeyedRegionsMemo:
     """:func:`keyed_regions` once per distinct input object: an image's regions are usually passed once per
-    candidate, and each check and hash reads all of its features."""
+    candidate, and each check and hash reads all of its features. It also gathers the :attr:`RegionFeatures.source`
+    of every input since :meth:`reset`, for the result signature (:meth:`sources`)."""
 
     def __init__(self, **requirements: object) -> None:
         self.requirements = requirements
         self._known: Dict[int, Tuple[RegionFeatures, KeyedRegions]] = {}
+        self._sources: Dict[Optional[str], None] = {}
 
     def __call__(self, regions: RegionFeatures, index: int) -> KeyedRegions:
         known = self._known.get(id(regions))
         if known is None or known[0] is not regions:
             known = (regions, keyed_regions(regions, index, **self.requirements))
             self._known[id(regions)] = known
+            self._sources[regions.source] = None
         return known[1]
 
     def clear(self) -> None:
         """Forget the inputs seen so far (their objects may be freed and their ids reused)."""
         self._known.clear()
+
+    def reset(self) -> None:
+        """Forget the inputs and their sources: a new :meth:`Scorer.score <capeval.scorers.base.Scorer.score>` call."""
+        self.clear()
+        self._sources.clear()
+
+    def sources(self) -> Optional[str]:
+        """The sources of the regions since :meth:`reset`, sorted and joined by ``" + "`` (``unrecorded`` for
+        regions without one), or ``None`` when none was recorded."""
+        if all(source is None for source in self._sources):
+            return None
+        return " + ".join(sorted("unrecorded" if source is None else source for source in self._sources))
 
 
 def _float_array(value: object, where: str) -> np.ndarray:

@@ -4,8 +4,9 @@ one by the image's name or path (the CLI and the benchmarks name images by path)
 Two layouts are read:
 
 * ``.npz``: one entry per image id. The value is either a ``(regions, dim)`` float array of features, or a 0-d
-  structured array with a ``features`` field and optional ``boxes`` and ``image_size`` fields (capeval's extraction
-  files). Files are opened with ``allow_pickle=False``.
+  structured array with a ``features`` field and optional ``boxes``, ``image_size`` and ``source`` fields (capeval's
+  extraction files, :mod:`capeval.models.regions.extraction`; ``source`` says what made the regions and becomes
+  :attr:`RegionFeatures.source`). Files are opened with ``allow_pickle=False``.
 * ``.tsv``: the layout of bottom-up-attention's ``generate_tsv.py``. Each tab-separated line is
   ``image_id, image_w, image_h, num_boxes, boxes, features``; ``boxes`` and ``features`` are base64-encoded float32
   arrays of ``num_boxes x 4`` and ``num_boxes x dim`` values.
@@ -52,12 +53,28 @@ def _read_npz(path: Path) -> Dict[str, RegionFeatures]:
                     regions[image_id] = RegionFeatures(
                         features=value["features"][()],
                         boxes=value["boxes"][()] if "boxes" in fields else None,
-                        image_size=tuple(value["image_size"][()]) if "image_size" in fields else None)
+                        image_size=tuple(value["image_size"][()]) if "image_size" in fields else None,
+                        source=_text(value["source"][()], f"{path}[{image_id!r}].source") if "source" in fields
+                        else None)
                 else:
                     raise InputError(f"{path}[{image_id!r}] is a structured array without a 'features' field")
+    except InputError:
+        raise
     except (ValueError, OSError) as error:
         raise InputError(f"region feature file {str(path)!r} is not a readable .npz without pickles: {error}") from None
     return regions
+
+
+def _text(value: object, where: str) -> str:
+    """A string field of a structured record: text, or bytes (as capeval stores it) decoded as UTF-8."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, bytes):
+        raise InputError(f"{where} must be text, got {type(value).__name__}")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{where} is not UTF-8 text: {error}") from None
 
 
 def _decode_array(text: str, rows: int, where: str) -> np.ndarray:

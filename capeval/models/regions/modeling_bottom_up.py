@@ -65,6 +65,8 @@ class BottomUpDetector(nn.Module):
     def __init__(self, config: BottomUpConfig) -> None:
         super().__init__()
         self.config = config
+        self.name = config.model_type
+        """Hub id or folder it was loaded from (the config's ``model_type`` until then); set by ``load_detector``."""
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
         self.revision: Optional[str] = None
@@ -84,12 +86,14 @@ class BottomUpDetector(nn.Module):
                                self.config.anchor_offset * BACKBONE_STRIDE)
 
     def propose(self, logits: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor, height: int,
-                width: int) -> torch.Tensor:
-        """One image's proposals (see :func:`propose_boxes`), ranked by objectness logit."""
+                width: int, min_proposals: int = 0) -> torch.Tensor:
+        """One image's proposals (see :func:`propose_boxes`), ranked by objectness logit; at least
+        ``min_proposals`` when the map has that many boxes (the NMS-suppressed ones fill up)."""
         config = self.config
         boxes, _ = propose_boxes(logits, deltas, anchors, height, width, pre_nms_topk=config.rpn_pre_nms_topk,
                                  post_nms_topk=config.rpn_post_nms_topk, nms_threshold=config.rpn_nms_threshold,
-                                 min_size=config.rpn_min_box_size, box_weights=config.rpn_box_weights)
+                                 min_size=config.rpn_min_box_size, box_weights=config.rpn_box_weights,
+                                 min_kept=min_proposals)
         return boxes
 
     def region_features(self, feature_map: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
@@ -99,15 +103,18 @@ class BottomUpDetector(nn.Module):
         return self.res5(pooled).mean(dim=(2, 3))
 
     @torch.inference_mode()
-    def forward(self, pixels: torch.Tensor, image_height: int, image_width: int) -> List[ImageRegions]:
+    def forward(self, pixels: torch.Tensor, image_height: int, image_width: int,
+                min_proposals: int = 0) -> List[ImageRegions]:
         """Regions of a batch of preprocessed images of one size, (N, 3, image_height, image_width): images are
-        batched by size only, never padded, so each image's result equals its result alone."""
+        batched by size only, never padded, so each image's result equals its result alone. ``min_proposals``: see
+        :meth:`propose` (:attr:`ExtractionSettings.min_proposals
+        <capeval.models.regions.configuration.ExtractionSettings.min_proposals>`)."""
         feature_maps = self.backbone(pixels)[-1]
         logits, deltas = self.rpn(feature_maps)
         anchors = self.anchors(feature_maps.shape[2], feature_maps.shape[3])
         results = []
         for index in range(pixels.shape[0]):
-            proposals = self.propose(logits[index], deltas[index], anchors, image_height, image_width)
+            proposals = self.propose(logits[index], deltas[index], anchors, image_height, image_width, min_proposals)
             features = self.region_features(feature_maps[index:index + 1], proposals)
             class_logits, attr_logits, box_deltas = self.heads(features)
             results.append(ImageRegions(proposals, features, class_logits, attr_logits, box_deltas,

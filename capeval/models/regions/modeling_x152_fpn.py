@@ -100,6 +100,8 @@ class X152FpnDetector(nn.Module):
     def __init__(self, config: X152FpnConfig) -> None:
         super().__init__()
         self.config = config
+        self.name = config.model_type
+        """Hub id or folder it was loaded from (the config's ``model_type`` until then); set by ``load_detector``."""
         self.fingerprint = ""
         """Digest of the weight files this detector was loaded from (cache namespaces); set by ``load_detector``."""
         self.revision: Optional[str] = None

@@ -94,12 +94,18 @@ def nms_with_offset(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
 
 def propose_boxes(scores: torch.Tensor, deltas: torch.Tensor, anchors: torch.Tensor, height: int, width: int, *,
                   pre_nms_topk: int, post_nms_topk: int, nms_threshold: float, min_size: float,
-                  box_weights: Sequence[float], pixel_offset: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+                  box_weights: Sequence[float], pixel_offset: float = 0.0,
+                  min_kept: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     """(boxes, scores) of one image's proposals from one map: the top ``pre_nms_topk`` anchors by score, decoded,
     clipped to the image, small boxes dropped, NMS at ``nms_threshold``, the first ``post_nms_topk`` kept.
     ``pixel_offset`` 0 is detectron2's convention (boxes with a side <= ``min_size`` dropped); 1 is
     maskrcnn-benchmark's (+1 widths in decoding, clipping to ``size - 1``, sides ``x2 - x1 + 1 >= min_size`` kept,
-    +1 IoU)."""
+    +1 IoU).
+
+    When NMS keeps fewer than ``min_kept`` (at most ``post_nms_topk``) boxes, the boxes it suppressed follow them,
+    highest score first, up to that number (as many as there are): capeval's rule for an image whose proposals
+    cannot give the regions a feature file must hold (see :attr:`ExtractionSettings.min_proposals
+    <capeval.models.regions.configuration.ExtractionSettings.min_proposals>`)."""
     order = scores.sort(descending=True, stable=True).indices[:pre_nms_topk]
     boxes = clip_boxes(decode_boxes(deltas[order], anchors[order], box_weights, pixel_offset), height, width,
                        pixel_offset)
@@ -109,6 +115,11 @@ def propose_boxes(scores: torch.Tensor, deltas: torch.Tensor, anchors: torch.Ten
     if not bool(large.all()):
         boxes, scores = boxes[large], scores[large]
     keep = nms_with_offset(boxes, scores, nms_threshold, pixel_offset)[:post_nms_topk]
+    wanted = min(min_kept, post_nms_topk)
+    if keep.numel() < wanted:  # boxes are in descending score order, so the suppressed ones are too
+        suppressed = torch.ones(boxes.shape[0], dtype=torch.bool, device=boxes.device)
+        suppressed[keep] = False
+        keep = torch.cat([keep, torch.nonzero(suppressed).flatten()[:wanted - keep.numel()]])
     return boxes[keep], scores[keep]
 
 

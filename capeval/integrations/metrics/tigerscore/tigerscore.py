@@ -28,8 +28,8 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): candidate captions.
     images (`list`): one entry per prediction: a `capeval.RegionFeatures` holding the image's (36, 2048)
-        bottom-up region features, or an image (path, PIL image, uint8 array, bytes), whose regions need the
-        bottom-up region detector. Precomputed features never load the detector. A keyword of `compute` only.
+        bottom-up region features, or an image (path, PIL image, uint8 array, bytes), whose 36 regions the
+        bottom-up region detector finds. Precomputed features never load the detector. A keyword of `compute` only.
     references (`list` of `list` of `str`): reference captions per prediction (required).
     model (`str`, *optional*): hub id or local folder of a converted SCAN model; default `capeval/tiger-scan-coco`.
     revision (`str`, *optional*): hub revision of `model`; capeval's pinned default when omitted.
@@ -42,14 +42,15 @@ Returns:
     tiger_scores (`list` of `float`): TIGEr per prediction.
     rrs_scores (`list` of `float`): Region Rank Similarity per prediction.
     wds_scores (`list` of `float`): Weight Distribution Similarity per prediction.
-    signature (`str`): metric, model, revision, lambda, tau, NLTK version, precision and capeval version.
+    signature (`str`): metric, model, revision, lambda, tau, NLTK version, what made the regions when known
+        (`detector:...`), precision and capeval version.
 Examples:
-    >>> import numpy as np
-    >>> from capeval import RegionFeatures
+    >>> from capeval.models.regions.files import read_region_features
+    >>> regions = read_region_features("regions.npz")  # as `capeval regions` writes it; image id -> RegionFeatures
     >>> tiger = evaluate.load("capeval/tigerscore")
     >>> results = tiger.compute(
     ...     predictions=["a dog runs on the grass ."],
-    ...     images=[RegionFeatures(features=np.load("regions.npz")["4911020894"])],
+    ...     images=[regions["4911020894"]],
     ...     references=[["a brown dog running across a lawn ."]],
     ... )
     >>> sorted(results)
