@@ -102,9 +102,10 @@ class ViLBERTScore(Scorer):
         config = self.vilbert.model.config
         if not -len(config.t_biattention_id) <= layer < len(config.t_biattention_id):
             raise ValueError(f"layer must index one of the {len(config.t_biattention_id)} co-attention blocks")
-        if not (regions is None or isinstance(regions, RegionExtractor) or callable(regions)):
-            raise InputError(f"regions must be None (ViLBERT's detector), a RegionExtractor or a function from an image "
-                             f"entry to RegionFeatures; got {type(regions).__name__} {regions!r:.60}")
+        if not (regions is None or isinstance(regions, (str, os.PathLike, RegionExtractor)) or callable(regions)):
+            raise InputError(f"regions must be None (ViLBERT's detector), the hub id or folder of a detector, a "
+                             f"RegionExtractor or a function from an image entry to RegionFeatures; got "
+                             f"{type(regions).__name__} {regions!r:.60}")
         self.task_id = task_id if config.task_specific_tokens else None
         self.layer = layer
         self.num_regions = num_regions

@@ -164,9 +164,10 @@ def test_images_use_the_regions_hook(model_folder, regions):
 
 
 def test_a_regions_option_of_another_kind_is_refused(model_folder):
-    with pytest.raises(InputError, match=r"^regions must be None \(ViLBERT's detector\), a RegionExtractor or a "
-                                         r"function from an image entry to RegionFeatures; got str 'x152-fpn'$"):
-        capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions="x152-fpn")
+    with pytest.raises(InputError, match=r"^regions must be None \(ViLBERT's detector\), the hub id or folder of a "
+                                         r"detector, a RegionExtractor or a function from an image entry to "
+                                         r"RegionFeatures; got int 100$"):
+        capeval.ViLBERTScore(model=str(model_folder), device="cpu", regions=100)
 
 
 def test_bad_input_names_the_item(scorer, regions):
