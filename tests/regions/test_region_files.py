@@ -50,6 +50,25 @@ def test_bad_files_name_the_problem(tmp_path: Path) -> None:
     np.savez(tmp_path / "objects.npz", a=np.array([object()], dtype=object))
     with pytest.raises(InputError, match="not a readable .npz without pickles"):
         read_region_features(tmp_path / "objects.npz")
+    encode = lambda array: base64.b64encode(array.tobytes()).decode()  # noqa: E731
+    line = f"42\t640\t480\t1\t{encode(np.zeros(4, np.float32))}\t{encode(np.ones(3, np.float32))}\n"
+    (tmp_path / "twice.tsv").write_text(line + line.replace("42", "7", 1) + line)
+    with pytest.raises(InputError, match="twice.tsv:3: image id '42' is also on line 1; each image's regions must "
+                                         "appear once"):
+        read_region_features(tmp_path / "twice.tsv")
+    (tmp_path / "latin1.tsv").write_bytes(line.replace("42", "caf\u00e9", 1).encode("latin-1"))
+    with pytest.raises(InputError, match="latin1.tsv is not UTF-8 text"):
+        read_region_features(tmp_path / "latin1.tsv")
+    for name, content, message in (("empty.npz", b"", "it is empty"),
+                                   ("text.npz", b"not an archive", r"it starts with b'not an a'")):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(InputError, match=f"{name}' is not a .npz archive \\(a zip of .npy arrays\\): {message}"):
+            read_region_features(tmp_path / name)
+    np.savez(tmp_path / "whole.npz", a=np.zeros((36, 8), np.float32), b=np.ones((36, 8), np.float32))
+    data = (tmp_path / "whole.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) - 40])  # the central directory's end is gone
+    with pytest.raises(InputError, match="cut.npz' is not a"):
+        read_region_features(tmp_path / "cut.npz")
     (tmp_path / "regions.json").write_text("{}")
     with pytest.raises(InputError, match="expected a .npz or a bottom-up .tsv"):
         read_region_features(tmp_path / "regions.json")

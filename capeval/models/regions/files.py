@@ -17,6 +17,7 @@ import base64
 import binascii
 import csv
 import sys
+import zipfile
 from pathlib import Path
 from typing import Dict, Mapping, Union
 
@@ -41,6 +42,10 @@ def read_region_features(path: Union[str, Path]) -> Dict[str, RegionFeatures]:
 
 
 def _read_npz(path: Path) -> Dict[str, RegionFeatures]:
+    if not zipfile.is_zipfile(path):  # else numpy reads it as a pickle and says "pickled data"
+        head = path.read_bytes()[:8]
+        found = "is empty" if not head else f"starts with {head!r}"
+        raise InputError(f"region feature file {str(path)!r} is not a .npz archive (a zip of .npy arrays): it {found}")
     regions: Dict[str, RegionFeatures] = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -60,7 +65,7 @@ def _read_npz(path: Path) -> Dict[str, RegionFeatures]:
                     raise InputError(f"{path}[{image_id!r}] is a structured array without a 'features' field")
     except InputError:
         raise
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:  # object arrays, truncated or damaged members
         raise InputError(f"region feature file {str(path)!r} is not a readable .npz without pickles: {error}") from None
     return regions
 
@@ -89,10 +94,23 @@ def _decode_array(text: str, rows: int, where: str) -> np.ndarray:
 
 def _read_tsv(path: Path) -> Dict[str, RegionFeatures]:
     csv.field_size_limit(sys.maxsize)
+    try:
+        return _tsv_rows(path)
+    except UnicodeDecodeError as error:  # streamed: these files hold hundreds of megabytes
+        raise InputError(f"{path} is not UTF-8 text: {error}") from None
+
+
+def _tsv_rows(path: Path) -> Dict[str, RegionFeatures]:
     regions: Dict[str, RegionFeatures] = {}
-    with path.open(newline="") as handle:
+    lines: Dict[str, int] = {}
+    with path.open(encoding="utf-8", newline="") as handle:
         for line_number, row in enumerate(csv.DictReader(handle, fieldnames=TSV_FIELDS, delimiter="\t"), start=1):
             where = f"{path}:{line_number}"
+            image_id = row["image_id"]
+            if image_id in lines:
+                raise InputError(f"{where}: image id {image_id!r} is also on line {lines[image_id]}; each image's "
+                                 "regions must appear once")
+            lines[image_id] = line_number
             if None in row or any(row[name] is None for name in TSV_FIELDS):
                 raise InputError(f"{where}: expected the {len(TSV_FIELDS)} tab-separated fields {TSV_FIELDS}")
             try:
@@ -103,7 +121,7 @@ def _read_tsv(path: Path) -> Dict[str, RegionFeatures]:
             boxes = _decode_array(row["boxes"], count, f"{where} boxes")
             if boxes.shape[1] != 4:
                 raise InputError(f"{where}: boxes hold {boxes.shape[1]} values per region, not 4")
-            regions[row["image_id"]] = RegionFeatures(features=_decode_array(row["features"], count, f"{where} features"),
+            regions[image_id] = RegionFeatures(features=_decode_array(row["features"], count, f"{where} features"),
                                                       boxes=boxes, image_size=size)
     return regions
 
