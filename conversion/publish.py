@@ -30,7 +30,7 @@ from safetensors import safe_open
 from transformers import CLIPConfig, CLIPModel
 
 from capeval.transfers import sha256_of
-from conversion.convert_clip import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
+from conversion.clip_converter import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
 
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"

@@ -24,7 +24,7 @@ from capeval.models.regions import extraction
 from capeval.models.regions.configuration import ExtractionSettings
 from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
-from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config
+from conversion.regions_converter import CELL_ANCHORS_KEY, bottom_up_config
 from fixtures.paths import REPO_ROOT
 from fixtures.regions_checkpoints import REGIONS_DATA, converted_detector, synthetic_reference_state_dict
 
