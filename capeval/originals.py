@@ -83,7 +83,7 @@ NLTK_RESOURCES: Dict[str, str] = {"punkt_tab": "tokenizers/punkt_tab/english/",
 """NLTK data package -> the resource capeval loads from it: TIGEr's tokenizer, BRIDGE's part-of-speech tagger."""
 
 CLIP_FOLDER = "capeval.models.clip.loading:model_folder"
-CLIP_CONVERTER = "conversion.convert_clip:convert_checkpoint"
+CLIP_CONVERTER = "conversion.clip_converter:convert_checkpoint"
 PACS_DRIVE = f"{DRIVE_FOLDER_PREFIX}15Da_nh7CYv8xfryIdETG6dPFSqcBiqpd"
 PACS_PUBLISHER = "the PAC-S authors (aimagelab/pacscore README)"
 PACS_LICENCE = "none stated by the authors (base model OpenAI CLIP: MIT)"
@@ -156,14 +156,14 @@ SOURCES: Dict[str, ModelSource] = {
                       "https://raw.githubusercontent.com/SeleenaJM/CapEval/2b41a92d781899daeb8513ce3806cbfb81930a47/"
                       "vocab/coco_precomp_vocab.json", "MIT", 401570, size=401570,
                       sha256="91b208d4673b076bdb3fc8a1441eb4b55cadc6f5be0137d89672f4abd21c9541")),
-        "conversion.convert_scan:convert", output_argument="out", nltk_data=("punkt_tab",)),
+        "conversion.scan_converter:convert", output_argument="out", nltk_data=("punkt_tab",)),
     "capeval/bottom-up-frcnn-r101-vg": ModelSource(
         "capeval.models.regions.detectors:detector_folder",
         "unc-nlp on the Hugging Face hub (the transformers lxmert port of the bottom-up attention detector)",
         (OriginalFile("pytorch_model.bin", "checkpoint", BOTTOM_UP_BASE + "pytorch_model.bin", "Apache-2.0",
                       65_545_166 * 4),
          OriginalFile("config.yaml", "config_yaml", BOTTOM_UP_BASE + "config.yaml", "Apache-2.0", 7_000)),
-        "conversion.convert_regions:convert_checkpoint", (("detector", "bottom-up"),)),
+        "conversion.regions_converter:convert_checkpoint", (("detector", "bottom-up"),)),
     "capeval/vilbert-multi-task": ModelSource(
         "capeval.models.vilbert.loading:model_folder", "facebookresearch/vilbert-multi-task (README)",
         (OriginalFile("multi_task_model.bin", "checkpoint", VILBERT_BASE + "multi_task_model.bin", "MIT",
@@ -175,13 +175,13 @@ SOURCES: Dict[str, ModelSource] = {
          OriginalFile("vocab.txt", "vocab",
                       "https://huggingface.co/google-bert/bert-base-uncased/resolve/main/vocab.txt", "Apache-2.0",
                       231_508)),
-        "conversion.convert_vilbert:convert", output_argument="out"),
+        "conversion.vilbert_converter:convert", output_argument="out"),
     "capeval/vilbert-detector-x152-fpn": ModelSource(
         "capeval.models.regions.detectors:detector_folder", "facebookresearch/vilbert-multi-task (data/README.md)",
         (OriginalFile("detectron_model.pth", "checkpoint", VILBERT_BASE + "detectron_model.pth", "MIT",
                       193_252_368 * 4),
          OriginalFile("detectron_config.yaml", "config_yaml", VILBERT_BASE + "detectron_config.yaml", "MIT", 4_000)),
-        "conversion.convert_regions:convert_checkpoint", (("detector", "x152-fpn"),)),
+        "conversion.regions_converter:convert_checkpoint", (("detector", "x152-fpn"),)),
 }
 """Registry model name -> :class:`ModelSource`: every key of :data:`capeval.registry.MODELS`."""
 

@@ -10,6 +10,9 @@ preprocessor_config.json, tokenizer files) with the ``model.safetensors`` of a f
 
 ``--dry-run`` prints the plan (repo id, repo type, files, sizes, sha256) and touches no network. A real
 publish refuses a model whose original checkpoint was not given: its card must record that file's sha256.
+
+torch, transformers, safetensors and huggingface_hub are imported by the functions that check weights and upload,
+so that ``--help`` and the plans of Spaces load none of them.
 """
 
 from __future__ import annotations
@@ -23,14 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import torch
 import yaml
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
-from safetensors import safe_open
-from transformers import CLIPConfig, CLIPModel
 
 from capeval.transfers import sha256_of
-from conversion.convert_clip import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
 
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
@@ -159,6 +157,10 @@ def check_same_metadata(card_dir: Path, weights_dir: Path, names: Iterable[str])
 
 def check_weights_match_config(card_dir: Path, weights_path: Path) -> None:
     """Error unless the safetensors tensors have the names and shapes of a ``CLIPModel`` of the card's config."""
+    import torch
+    from safetensors import safe_open
+    from transformers import CLIPConfig, CLIPModel
+
     config = CLIPConfig.from_pretrained(card_dir)
     with torch.device("meta"):
         expected = {name: tuple(tensor.shape) for name, tensor in CLIPModel(config).state_dict().items()}
@@ -219,6 +221,12 @@ def plan_model(card_dir: Path, weights_dir: Path, original: Path | None, tag: st
 
 def check_original_matches_weights(original: Path, weights_path: Path, card_dir: Path) -> None:
     """Error unless converting ``original`` gives exactly the tensors in ``weights_path`` (compared in fp32)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import CLIPConfig
+
+    from conversion.clip_converter import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
+
     try:
         converted = convert_state_dict(merge_lora(load_original_state_dict(original)), CLIPConfig.from_pretrained(card_dir))
     except CheckpointError as error:
@@ -292,6 +300,8 @@ def check_publishable(plans: Iterable[RepoPlan]) -> None:
 
 def publish(plans: Sequence[RepoPlan], api: Any, commit_message: str) -> list[str]:
     """Create or update every planned repo in one commit each, delete stale files, tag; returns the commit ids."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
     check_publishable(plans)
     commit_ids = []
     for plan in plans:
@@ -345,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> list[RepoPlan]:
     plans += [plan_space(space_dir, args.namespace, args.tag) for space_dir in args.space]
     print(format_plan(plans))
     if not args.dry_run:
+        from huggingface_hub import HfApi
+
         for plan, commit_id in zip(plans, publish(plans, HfApi(), args.message)):
             print(f"published {plan.repo_type} {plan.repo_id} at {commit_id}")
     return plans

@@ -23,13 +23,9 @@ import torch
 from torch import nn
 
 from capeval.originals import SECTION_END, SECTION_START, SOURCES, card_section
-from conversion.convert_clip import (
-    DEFAULT_NORMALIZATION,
-    clip_config_from_state_dict,
-    default_bpe_path,
-    write_image_processor,
-    write_tokenizer,
-)
+from conversion.clip_converter import (clip_config_from_state_dict, default_bpe_path, write_image_processor,
+                                       write_tokenizer)
+from conversion.convert_clip import DEFAULT_NORMALIZATION
 from conversion.publish import WEIGHTS_FILE, metadata_differences
 
 HUB_MODELS_DIR = Path(__file__).resolve().parent

@@ -58,7 +58,7 @@ def random_vit_b32_folder(work_dir: Path) -> Path:
     folder = work_dir / f"random-clip-vit-b-32-seed{SEED}-fp16-values"
     if (folder / "model.safetensors").is_file() and (folder / "tokenizer_config.json").is_file():
         return folder
-    from conversion.convert_clip import convert_checkpoint
+    from conversion.clip_converter import convert_checkpoint
 
     model = random_vit_b32_openai()
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from capeval.benchmarks.baselines import BASELINES
 from capeval.benchmarks.datasets import Benchmark, VideoSetup, check_images
@@ -367,6 +366,8 @@ def run_benchmark(
     add their encoding bars). The benchmark's task (:mod:`capeval.benchmarks.tasks`) says what the metrics are
     called with and which statistics they get.
     """
+    from tqdm.auto import tqdm  # on use: ``capeval --help`` imports this module
+
     ties = benchmark.ties if ties is None else ties
     _check_run_options(metrics, n_resamples, confidence, seed, ties)
     kind = task_type(benchmark)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from tqdm.auto import tqdm
 
 CORRELATION_STATISTICS: tuple[str, ...] = ("kendall_tau_b", "kendall_tau_c", "spearman", "pearson")
 """Statistics of a correlation benchmark, in report order."""
@@ -219,6 +218,8 @@ def _replicates(
 ) -> dict[str, np.ndarray]:
     """``statistics(metric, human)`` on every bootstrap resample of the items (rows of ``human``, one column per
     rater or a vector); NaN where a resample is constant in the metric or in a rater's scores."""
+    from tqdm.auto import tqdm  # on use: ``capeval --help`` imports this module
+
     if metric.size != bootstrap.n_items:
         raise ValueError(f"{metric.size} scores but the bootstrap was built for {bootstrap.n_items} items")
     replicates = {name: np.full(bootstrap.n_resamples, np.nan) for name in names}

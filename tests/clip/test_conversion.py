@@ -14,8 +14,9 @@ import torch
 from PIL import Image
 from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel
 
-from conversion.convert_clip import (INCEPTION_MEAN, INCEPTION_STD, OPENAI_MEAN, OPENAI_STD, CheckpointError,
-                                     clip_config_from_state_dict, convert_checkpoint, convert_state_dict, main)
+from conversion.clip_converter import (CheckpointError, clip_config_from_state_dict, convert_checkpoint,
+                                       convert_state_dict)
+from conversion.convert_clip import INCEPTION_MEAN, INCEPTION_STD, OPENAI_MEAN, OPENAI_STD, main
 from fixtures.clip_checkpoints import TinyClip, save_pacs_checkpoint, save_torchscript_archive
 
 IMAGE_NAMES = ["1056338697_4f7d7ce270.jpg", "106490881_5a2dd9b7bd.jpg", "1082379191_ec1e53f996.jpg"]

@@ -1,4 +1,4 @@
-"""PAC-S++ LoRA checkpoints (conversion/convert_clip.py ``merge_lora``): a tiny synthesized PAC-S++ checkpoint,
+"""PAC-S++ LoRA checkpoints (conversion/clip_converter.py ``merge_lora``): a tiny synthesized PAC-S++ checkpoint,
 converted, against golden embeddings and PAC-S scores that the reference implementation (aimagelab/pacscore
 ``models/clip_lora``) computed on the same checkpoint; see tests/data/pacspp/NOTE.md for how they were made."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ from test_conversion import projected
 from transformers import CLIPConfig, CLIPModel
 
 from capeval import PACScore
-from conversion.convert_clip import (OPENAI_MEAN, OPENAI_STD, CheckpointError, clip_config_from_state_dict,
-                                     convert_checkpoint, convert_state_dict, lora_factor_names, main, merge_lora,
-                                     resolve_arch)
+from conversion.clip_converter import (CheckpointError, clip_config_from_state_dict, convert_checkpoint,
+                                       convert_state_dict, lora_factor_names, merge_lora, resolve_arch)
+from conversion.convert_clip import OPENAI_MEAN, OPENAI_STD, main
 from hub_models.generate_configs import HUB_MODELS, HUB_MODELS_DIR
 from fixtures.clip_reference import reference_transform
 from fixtures.pacspp_checkpoints import LORA_RANK, lora_factor_shapes, lora_weight_keys, synthesize_pacspp_state_dict

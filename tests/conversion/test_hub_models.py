@@ -15,7 +15,7 @@ import torch
 from huggingface_hub.repocard_data import model_index_to_eval_results
 from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor
 
-from conversion.convert_clip import clip_config_from_state_dict, load_original_state_dict
+from conversion.clip_converter import clip_config_from_state_dict, load_original_state_dict
 from conversion.publish import ORIGINAL_SHA256_PATTERN, WEIGHTS_FILE, read_front_matter
 from capeval.originals import SOURCES
 from hub_models.generate_configs import HUB_MODELS, card_models, card_with_originals, check, write_metadata

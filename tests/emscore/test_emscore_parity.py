@@ -20,7 +20,7 @@ import torch
 from capeval import EMScore, PACScore, VideoFeatures
 from capeval.registry import EMSCORE_RESULT_KEYS
 from capeval.video import count_video_frames, iter_video_frames
-from conversion.convert_clip import convert_checkpoint
+from conversion.clip_converter import convert_checkpoint
 from fixtures.clip_checkpoints import TinyClip, save_pacs_checkpoint
 from fixtures.paths import TESTS_DATA
 

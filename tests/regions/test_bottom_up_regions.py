@@ -16,7 +16,7 @@ from capeval.models.regions.extraction import RegionExtractor, extract_to_file
 from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.preprocessing import caffe_scale, cv2_linear_resize
-from conversion.convert_regions import CELL_ANCHORS_KEY, bottom_up_config, capeval_key, convert_state_dict
+from conversion.regions_converter import CELL_ANCHORS_KEY, bottom_up_config, capeval_key, convert_state_dict
 from fixtures.regions_checkpoints import (REGIONS_DATA, assert_conversion_refuses, converted_detector,
                                           detector_folder_and_images, synthetic_reference_state_dict)
 

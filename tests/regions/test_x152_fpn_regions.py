@@ -18,7 +18,7 @@ from capeval.models.regions.configuration import VILBERT, X152FpnConfig
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.files import read_region_features
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors, pyramid_levels
-from conversion.convert_regions import convert_state_dict, fpn_key, load_checkpoint, x152_fpn_config
+from conversion.regions_converter import convert_state_dict, fpn_key, load_checkpoint, x152_fpn_config
 from test_bottom_up_regions import BOX_RTOL, TOLERANCE, _encoded
 from fixtures.regions_checkpoints import (X152_DATA, assert_conversion_refuses, converted_detector,
                                           detector_folder_and_images, synthetic_reference_state_dict)

@@ -12,7 +12,7 @@ import pytest
 from capeval import ModelNotAvailableError
 from capeval.functional import tigerscore as F
 from capeval.models.scan.tokenization import ScanTokenizer, punkt_parameters
-from conversion import convert_scan
+from conversion import convert_scan, scan_converter
 from fixtures.tiger_checkpoints import (SPECIALS, TRAINING_OPTIONS, save_original_checkpoint, synthetic_state,
                                         write_original_vocab)
 
@@ -65,7 +65,7 @@ def test_conversion_writes_original_weights_unchanged(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
     checkpoint, vocab = _checkpoint(tmp_path)
-    convert_scan.convert(checkpoint, vocab, tmp_path / "out")
+    scan_converter.convert(checkpoint, vocab, tmp_path / "out")
     weights = load_file(str(tmp_path / "out" / "model.safetensors"))
     image_state, text_state = synthetic_state(DIMS["vocab_size"], DIMS["word_dim"], DIMS["embed_size"],
                                               DIMS["img_dim"], seed=3)
@@ -88,8 +88,8 @@ class _Payload:
 def test_conversion_refuses_other_pickled_objects_without_executing_them(tmp_path: Path) -> None:
     marker = tmp_path / "executed"
     checkpoint, vocab = _checkpoint(tmp_path, extra=_Payload(marker))
-    with pytest.raises(convert_scan.CheckpointError, match="refused to load the global .*makedirs"):
-        convert_scan.convert(checkpoint, vocab, tmp_path / "out")
+    with pytest.raises(scan_converter.CheckpointError, match="refused to load the global .*makedirs"):
+        scan_converter.convert(checkpoint, vocab, tmp_path / "out")
     assert not marker.exists()
     assert not (tmp_path / "out").exists()
 
@@ -98,8 +98,8 @@ def test_conversion_refuses_other_pickled_objects_without_executing_them(tmp_pat
                                            ("raw_feature_norm", "softmax"), ("precomp_enc_type", "weight_norm")])
 def test_conversion_refuses_unimplemented_options(tmp_path: Path, option: str, value: object) -> None:
     checkpoint, vocab = _checkpoint(tmp_path, **{option: value})
-    with pytest.raises(convert_scan.CheckpointError, match=f"'{option}': {value!r}"):
-        convert_scan.convert(checkpoint, vocab, tmp_path / "out")
+    with pytest.raises(scan_converter.CheckpointError, match=f"'{option}': {value!r}"):
+        scan_converter.convert(checkpoint, vocab, tmp_path / "out")
 
 
 def test_conversion_lists_missing_and_unexpected_keys(tmp_path: Path) -> None:
@@ -107,8 +107,8 @@ def test_conversion_lists_missing_and_unexpected_keys(tmp_path: Path) -> None:
 
     checkpoint, vocab = _checkpoint(tmp_path, drop=["rnn.bias_hh_l0_reverse"],
                                     text_state={"rnn.weight_ih_l1": torch.zeros(3)})
-    with pytest.raises(convert_scan.CheckpointError) as error:
-        convert_scan.convert(checkpoint, vocab, tmp_path / "out")
+    with pytest.raises(scan_converter.CheckpointError) as error:
+        scan_converter.convert(checkpoint, vocab, tmp_path / "out")
     assert "missing ['txt_enc.rnn.bias_hh_l0_reverse']" in str(error.value)
     assert "unexpected ['txt_enc.rnn.weight_ih_l1']" in str(error.value)
 
@@ -116,8 +116,8 @@ def test_conversion_lists_missing_and_unexpected_keys(tmp_path: Path) -> None:
 def test_conversion_refuses_a_vocabulary_of_another_size(tmp_path: Path) -> None:
     checkpoint, _ = _checkpoint(tmp_path)
     vocab = write_original_vocab(WORDS + ["extra"], tmp_path / "bigger.json")
-    with pytest.raises(convert_scan.CheckpointError, match="13 rows but .* has 14 words"):
-        convert_scan.convert(checkpoint, vocab, tmp_path / "out")
+    with pytest.raises(scan_converter.CheckpointError, match="13 rows but .* has 14 words"):
+        scan_converter.convert(checkpoint, vocab, tmp_path / "out")
 
 
 def test_conversion_cli_reports_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -12,7 +12,7 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.tokenization import read_vocab
-from conversion.convert_scan import config_from_options
+from conversion.scan_converter import config_from_options
 from conversion.publish import read_front_matter
 from fixtures.paths import REPO_ROOT
 from fixtures.tiger_checkpoints import SPECIALS, TRAINING_OPTIONS

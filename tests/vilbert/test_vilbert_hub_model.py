@@ -4,7 +4,7 @@ from __future__ import annotations
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from capeval.models.vilbert import VilbertConfig
-from conversion.convert_vilbert import config_from_original
+from conversion.vilbert_converter import config_from_original
 from conversion.publish import ORIGINAL_SHA256_PATTERN, read_front_matter
 from fixtures.paths import REPO_ROOT
 

@@ -11,7 +11,7 @@ import torch
 from capeval.functional.vilbertscore import average_over_references, greedy_match, window_weights
 from capeval.models.regions import RegionFeatures
 from capeval.models.vilbert import LoadedVilbert, VilbertConfig, load_vilbert_folder, region_inputs
-from conversion.convert_vilbert import CheckpointError, convert
+from conversion.vilbert_converter import CheckpointError, convert
 from fixtures.vilbert_checkpoints import DATA, convert_checkpoint, load_regions, unpack_checkpoint
 
 TASK_RETRIEVAL_COCO = 7

@@ -7,7 +7,7 @@
   Faster R-CNN, ResNeXt-152 32x8d FPN, 2-MLP box head, Visual Genome 1,600 objects, as its maskrcnn-benchmark
   ``detectron_config.yaml`` states it.
 
-Both are written to / read from capeval's ``config.json``; ``conversion/convert_regions.py`` reads the original yaml
+Both are written to / read from capeval's ``config.json``; ``conversion/regions_converter.py`` reads the original yaml
 files. The extraction settings of the original feature files are separate: :class:`ExtractionSettings`.
 """
 from __future__ import annotations

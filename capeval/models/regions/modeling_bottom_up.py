@@ -60,7 +60,7 @@ def cell_anchors(config: BottomUpConfig) -> torch.Tensor:
 
 
 class BottomUpDetector(nn.Module):
-    """The detector; parameter names are listed against the checkpoint's in ``conversion/convert_regions.py``."""
+    """The detector; parameter names are listed against the checkpoint's in ``conversion/regions_converter.py``."""
 
     def __init__(self, config: BottomUpConfig) -> None:
         super().__init__()

@@ -95,7 +95,7 @@ def pyramid_levels(boxes: torch.Tensor, num_levels: int, first_level: int) -> to
 
 
 class X152FpnDetector(nn.Module):
-    """The detector; parameter names are listed against the checkpoint's in ``conversion/convert_regions.py``."""
+    """The detector; parameter names are listed against the checkpoint's in ``conversion/regions_converter.py``."""
 
     def __init__(self, config: X152FpnConfig) -> None:
         super().__init__()

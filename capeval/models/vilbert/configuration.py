@@ -2,7 +2,7 @@
 
 Field names are the original ones (``bert_base_6layer_6conect.json``), so a converted ``config.json`` reads like the
 original file. Training-only fields (dropout rates, initialiser ranges, target sizes of the pre-training heads) are
-not kept: the metric runs the model in eval mode, where dropout is the identity. ``conversion/convert_vilbert.py``
+not kept: the metric runs the model in eval mode, where dropout is the identity. ``conversion/vilbert_converter.py``
 reads the original files.
 """
 from __future__ import annotations

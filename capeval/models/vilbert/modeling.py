@@ -6,7 +6,7 @@ Module and parameter names are those of the original checkpoints without their `
 original's in eval mode: TF-style LayerNorm (``(x - mean) / sqrt(var + 1e-12)``), erf GELU, attention scores
 ``q·k / sqrt(head_size)`` plus an additive mask of ``-10000`` on padded keys, residual + LayerNorm after every
 sub-layer. Parts the original computes but that never reach that output are not built: the text and visual layers
-after the last co-attention block, the poolers and the heads (``conversion/convert_vilbert.py`` lists them).
+after the last co-attention block, the poolers and the heads (``conversion/vilbert_converter.py`` lists them).
 """
 from __future__ import annotations
 
