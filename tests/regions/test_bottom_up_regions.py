@@ -187,7 +187,7 @@ def test_one_name_per_detector_and_generated_help(capsys: pytest.CaptureFixture,
     from capeval.cli import main
     from capeval.models.regions.detectors import DETECTORS
     from capeval.registry import FAMILIES, MODELS
-    from conversion.convert_regions import CONFIG_READERS
+    from conversion.regions_converter import CONFIG_READERS
 
     assert sorted(CONFIG_READERS) == sorted(DETECTORS)
     assert sorted(family.detector for family in FAMILIES.values() if family.region_features) == sorted(DETECTORS)
