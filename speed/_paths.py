@@ -16,3 +16,5 @@ if str(REPO_ROOT) not in sys.path:
 
 FLICKR8K_DIR = Path(os.environ.get("CAPEVAL_FLICKR8K_DIR", REPO_ROOT.parent / "shared" / "data" / "flickr8k"))
 """The Flickr8k folder: ``$CAPEVAL_FLICKR8K_DIR``, else ``shared/data/flickr8k`` beside the repository."""
+EMSCORE_CLIP = REPO_ROOT.parent / "shared" / "data" / "examples" / "emscore" / "Bfyp0C02sko_000248_000258.mp4"
+"""The EMScore repository's example clip (10 s, 640 x 360, H.264), which ``video_speed.py`` copies."""
