@@ -254,8 +254,9 @@ def read_sentences(path: Path) -> List[str]:
 
 
 def _family_options(family: MetricFamily, args: argparse.Namespace) -> Dict[str, Any]:
-    """The family's own scorer options given by flags (:data:`OPTION_FLAGS`); a flag of another family's option is
-    refused, naming the families that take it."""
+    """The family's own scorer options given by flags (:data:`OPTION_FLAGS`, and ``--detector`` as ``regions`` for
+    the region-based families), checked before any input is read; a flag of another family's option is refused,
+    naming the families that take it."""
     given = {"num_frames": args.num_frames, "idf": False if args.no_idf else None, "idf_corpus": args.idf_corpus}
     for option, flag in OPTION_FLAGS:
         if given[option] is not None and option not in family.extra_options:
@@ -268,6 +269,13 @@ def _family_options(family: MetricFamily, args: argparse.Namespace) -> Dict[str,
         raise InputError("--idf-corpus and --no-idf exclude each other: drop one of them")
     if args.idf_corpus is not None:
         given["idf_corpus"] = read_sentences(args.idf_corpus)
+    if args.detector is not None:
+        if not family.region_features:
+            raise InputError(f"--detector applies to the region-based metrics "
+                             f"({listed([family.name for family in region_families()], 'and')}), not {family.name}")
+        if args.images is None:
+            raise InputError("--detector makes the regions of --images; --regions FILE holds them already")
+        given["regions"] = args.detector
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -275,13 +283,6 @@ def _scorer(family: MetricFamily, args: argparse.Namespace, family_options: Dict
     """The family's scorer with the options given on the command line (the scorer's defaults for the others)."""
     options = {"model": args.model, "revision": args.revision, "device": args.device,
                "batch_size": args.batch_size, "precision": args.precision, "cache_dir": args.cache_dir}
-    if args.detector is not None:
-        if not family.region_features:
-            raise InputError(f"--detector applies to the region-based metrics "
-                             f"({listed([family.name for family in region_families()], 'and')}), not {family.name}")
-        if args.images is None:
-            raise InputError("--detector makes the regions of --images; --regions FILE holds them already")
-        options["regions"] = args.detector
     return family.scorer_class()(**{name: value for name, value in options.items() if value is not None},
                                  **family_options, progress=True)
 

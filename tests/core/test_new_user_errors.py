@@ -362,15 +362,29 @@ def test_truncation_warning_is_one_line_naming_the_items(tiny_openai_clip, tmp_p
     assert "UserWarning" not in error and "cli.py" not in error
 
 
-def test_third_party_bars_only_when_verbose(tiny_openai_clip, monkeypatch, capsys) -> None:
+def test_no_loading_bar_and_download_bars_only_when_verbose(tiny_openai_clip, monkeypatch, capsys) -> None:
+    """Loading from disk shows no transformers bar, verbose or not; ``--verbose`` turns huggingface_hub's download
+    bars on for the command."""
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    from capeval.commands import score
     from capeval.models.clip import loading
 
+    run = score.run
+    hub_bars = {}
+
+    def recording_run(args):
+        hub_bars[args.verbose] = not are_progress_bars_disabled()
+        return run(args)
+
+    monkeypatch.setattr(score, "run", recording_run)
     shown = {}
     for verbose in (False, True):
         monkeypatch.setattr(loading, "_CACHE", {})  # load the weights again
         assert main((["--verbose"] if verbose else []) + score_command(tiny_openai_clip.hf_dir)) == 0
         shown[verbose] = "Loading weights" in capsys.readouterr().err
-    assert shown == {False: False, True: True}
+    assert shown == {False: False, True: False}
+    assert hub_bars == {False: False, True: True}
 
 
 def test_help_and_version_import_neither_torch_nor_transformers() -> None:
