@@ -318,7 +318,10 @@ def run(args: argparse.Namespace) -> int:
     family_options = _family_options(family, args)
     items = _jsonl_input(args, family) if args.jsonl is not None else _keyed_input(args, family)
     result = _score_by_key(_scorer(family, args, family_options), items)
-    _report(family, result, items, args.output)
+    from capeval.runtime import process_state
+
+    if process_state().is_main_process:  # under accelerate launch, one process prints and writes
+        _report(family, result, items, args.output)
     return 0
 
 

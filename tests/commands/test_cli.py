@@ -61,6 +61,26 @@ def test_score_with_references_prints_and_writes(tiny_openai_clip, tmp_path: Pat
                                          "ref_clip_score": expected["ref_clip_scores"][index]}
 
 
+def test_only_the_main_process_prints_and_writes(tiny_openai_clip, tmp_path: Path, monkeypatch, capsys) -> None:
+    from capeval import runtime
+
+    real = runtime.process_state
+
+    class OtherProcess:
+        """This process's state, but not the main process's (as rank 1 under accelerate launch)."""
+
+        is_main_process = False
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(real(), name)
+
+    monkeypatch.setattr(runtime, "process_state", OtherProcess)
+    assert main(["score", "--metric", "clipscore", "--images", str(EXAMPLES / "images"), "--candidates",
+                 str(EXAMPLES / "good_captions.json"), "--model", str(tiny_openai_clip.hf_dir), "--output",
+                 str(tmp_path / "scores.json")]) == 0
+    assert capsys.readouterr().out == "" and not (tmp_path / "scores.json").exists()
+
+
 def test_pacscore_without_references(tiny_openai_clip, tmp_path: Path, capsys) -> None:
     output = tmp_path / "scores.json"
     code = main(["score", "--metric", "pacscore", "--images", str(EXAMPLES / "images"),
