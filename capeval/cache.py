@@ -12,6 +12,7 @@ import os
 import sqlite3
 import urllib.parse
 import threading
+import time
 import warnings
 import weakref
 from collections import OrderedDict
@@ -91,6 +92,25 @@ def _is_read_only(error: sqlite3.Error) -> bool:
     return code is not None and code & 0xFF in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM)
 
 
+BUSY_SECONDS = 120.0
+"""How long a process waits for another process's lock on a cache file."""
+
+
+def _switch_to_wal(connection: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting while another process holds the file (SQLite answers this pragma
+    "database is locked" at once, without its busy handler, when two processes create one cache together)."""
+    deadline = time.monotonic() + BUSY_SECONDS
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 class DiskCache:
     """Feature rows of one namespace in ``<root>/<namespace>.sqlite``; safe for several processes at once, and for
     several threads of one process (which share one connection, one call at a time).
@@ -138,9 +158,9 @@ class DiskCache:
             connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             connection.execute("SELECT count(*) FROM rows WHERE 0").fetchall()  # fails now on a damaged file
             return connection
-        connection = sqlite3.connect(self.path, timeout=120, isolation_level=None, check_same_thread=False)
+        connection = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(connection)
             connection.execute(
                 "CREATE TABLE IF NOT EXISTS rows (key TEXT PRIMARY KEY, dtype TEXT, dim INTEGER, data BLOB, digest BLOB)"
             )
