@@ -159,9 +159,10 @@ class EMScore(Scorer):
         try:
             texts = self.backbone.text_transform.prepare(
                 [*chunk.candidates, *(ref for refs in chunk.references or () for ref in refs)], "")
-            token_ids = dict(zip(texts, self.backbone.text_transform.tokenize(texts)))
-            captions = {text: self._caption(text, row, token_ids[text]) for text, row in
-                        zip(texts, self.engine.row_list(TextTokenRows.kind, texts))}
+            distinct = list(dict.fromkeys(texts))  # an item's references recur in every item of its video
+            captions = {text: self._caption(row, ids) for text, row, ids in
+                        zip(distinct, self.engine.row_list(TextTokenRows.kind, distinct),
+                            self.backbone.text_transform.tokenize(distinct))}
         except BaseException:
             frame_request.close()
             raise
@@ -189,7 +190,7 @@ class EMScore(Scorer):
         return {result_name(view, key): values for view, by_key in scores.scores.items()
                 for key, values in by_key.items()}
 
-    def _caption(self, text: str, row: np.ndarray, token_ids: List[int]) -> functional.Caption:
+    def _caption(self, row: np.ndarray, token_ids: List[int]) -> functional.Caption:
         """A caption's unit token rows, pooled row and weights, in float32 as the reference's ``.float()`` rows."""
         tokens = row.astype(np.float32).reshape(len(token_ids), -1)
         return functional.caption(tokens, self._weights(token_ids))
