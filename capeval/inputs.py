@@ -334,8 +334,19 @@ def _validated_chunk(
     validate_image_entry: Callable[[Any, int], Any],
 ) -> ScoringItems:
     """The items of ``raw`` validated: image entries in ``pool``'s threads (file reads and hashing release the GIL),
-    errors raised in item order, each item's image before its texts; equal images share one copy of their data."""
-    validated = [pool.submit(validate_image_entry, values[0], start + i) for i, values in enumerate(raw)]
+    errors raised in item order, each item's image before its texts; equal images share one copy of their data.
+
+    A file path that recurs in the chunk (an image scored against each of its candidates) is read, checked and hashed
+    once: its later items take the first one's validated entry at their own index."""
+    first_position: Dict[str, int] = {}
+    sources: List[int] = []  # the position whose validation each item takes
+    for position, values in enumerate(raw):
+        entry = values[0]
+        is_path = isinstance(entry, (str, os.PathLike))
+        sources.append(first_position.setdefault(os.fspath(entry), position) if is_path else position)
+    last_use = {source: position for position, source in enumerate(sources)}
+    validated = {position: pool.submit(validate_image_entry, values[0], start + position)
+                 for position, values in enumerate(raw) if sources[position] == position}
     chunk_images: List[Any] = []
     chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
     chunk_captions: List[str] = []
@@ -343,18 +354,22 @@ def _validated_chunk(
     try:
         for position, values in enumerate(raw):
             index = start + position
-            item = validated[position].result()
-            validated[position] = None  # keep one copy of each distinct image's bytes, not one per item
-            if isinstance(item, ImageItem):
-                item = replace(item, data=chunk_data.setdefault(item.key, item.data))
+            source = sources[position]
+            item = validated[source].result()
+            if last_use[source] == position:
+                del validated[source]  # keep one copy of each distinct image's bytes, not one per item
+            changes: Dict[str, Any] = {"index": index} if source != position else {}
+            if isinstance(item, ImageItem) and (shared := chunk_data.setdefault(item.key, item.data)) is not item.data:
+                changes["data"] = shared
+            if changes:
+                item = replace(item, **changes)
             chunk_images.append(item)
             chunk_captions.append(validate_caption(values[1], f"candidates[{index}]"))
             if with_references:
                 chunk_refs.append(validate_references(values[2], index))
     finally:
-        for future in validated:
-            if future is not None:
-                future.cancel()
+        for future in validated.values():
+            future.cancel()
     return ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
                         tuple(chunk_refs) if with_references else None)
 

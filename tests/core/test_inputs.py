@@ -188,3 +188,30 @@ def test_images_of_a_folder_by_stem(tmp_path: Path) -> None:
     assert images_by_stem(tmp_path) == {"a": [tmp_path / "a.jpg"], "b": [tmp_path / "b.PNG", tmp_path / "b.jpg"]}
     with pytest.raises(InputError, match="image folder not found"):
         images_by_stem(tmp_path / "absent")
+
+
+def test_a_path_repeated_in_a_chunk_is_read_once_and_each_item_keeps_its_index(example_images, monkeypatch) -> None:
+    from capeval import inputs
+
+    image_1, image_2 = example_images
+    reads = []
+    read_bytes = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: reads.append(path.name) or read_bytes(path))
+    paths = [image_1, str(image_2), str(image_1), image_2, image_1]
+    (chunk,) = inputs.iter_scoring_items(paths, list("abcde"), chunk_size=8)
+    assert sorted(reads) == ["image1.jpg", "image2.jpg"]
+    assert [item.index for item in chunk.images] == [0, 1, 2, 3, 4]
+    assert [item.label for item in chunk.images] == [str(image_1), str(image_2), str(image_1), str(image_2),
+                                                     str(image_1)]
+    assert chunk.images[0].key == chunk.images[2].key == chunk.images[4].key != chunk.images[1].key
+    assert chunk.images[0].data is chunk.images[4].data  # one copy of the bytes
+    reads.clear()
+    chunks = list(inputs.iter_scoring_items(paths, list("abcde"), chunk_size=2))  # once per chunk that holds it
+    assert sorted(reads) == ["image1.jpg", "image1.jpg", "image1.jpg", "image2.jpg", "image2.jpg"]
+    assert [item.index for chunk in chunks for item in chunk.images] == [0, 1, 2, 3, 4]
+
+
+def test_a_bad_path_repeated_in_a_chunk_is_named_at_its_first_item(scorer, example_images, tmp_path) -> None:
+    missing = tmp_path / "missing.jpg"
+    with pytest.raises(InputError, match=r"images\[1\]: file not found: .*missing.jpg"):
+        scorer.score([example_images[0], missing, example_images[1], missing], list("abcd"))
