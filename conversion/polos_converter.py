@@ -119,7 +119,9 @@ def _single_checkpoint(paths: list, where: str) -> Any:
 def locate_original(original: Path, scratch: Path) -> Tuple[Path, Path]:
     """The checkpoint and ``hparams.yaml`` of a ``reprod.zip`` (extracted into ``scratch``), a folder or a
     ``.ckpt``."""
-    if zipfile.is_zipfile(original):
+    if original.is_file() and original.suffix == ".ckpt":  # a torch.save file is itself a zip archive
+        checkpoint = original
+    elif zipfile.is_zipfile(original):
         with zipfile.ZipFile(original) as archive:
             names = [name for name in archive.namelist() if name.endswith(".ckpt")]
             member = _single_checkpoint(names, str(original))
@@ -131,8 +133,6 @@ def locate_original(original: Path, scratch: Path) -> Tuple[Path, Path]:
         checkpoint = scratch / member
     elif original.is_dir():
         checkpoint = _single_checkpoint(sorted(original.rglob("*.ckpt")), str(original))
-    elif original.is_file():
-        checkpoint = original
     else:
         raise CheckpointError(f"{str(original)!r} is neither a zip archive, a folder nor a checkpoint file")
     return checkpoint, _hparams_beside(checkpoint)
