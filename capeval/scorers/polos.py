@@ -83,9 +83,12 @@ class Polos(Scorer):
         if self._encoder_cut:
             shown = TruncationWarning(self._encoder_cut[:3], self.polos.max_tokens).describe().split(": ", 1)[1]
             more = len(self._encoder_cut) - 3
-            warnings.warn(f"{len(self._encoder_cut)} texts exceed the sentence encoder's {self.polos.max_tokens} "
-                          f"tokens and were cut to their first {self.polos.max_tokens} (the reference implementation "
-                          f"fails on them): {shown}{f' and {more} more' if more > 0 else ''}", stacklevel=2)
+            count = len(self._encoder_cut)
+            texts_exceed = "1 text exceeds" if count == 1 else f"{count} texts exceed"
+            warnings.warn(f"{texts_exceed} the sentence encoder's {self.polos.max_tokens} tokens and "
+                          f"{'was' if count == 1 else 'were'} cut to the first {self.polos.max_tokens} (the reference "
+                          f"implementation fails on them): {shown}{f' and {more} more' if more > 0 else ''}",
+                          stacklevel=2)
         return result
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
