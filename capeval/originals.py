@@ -95,6 +95,7 @@ PACSPP_NOTICE = (
     "and set CAPEVAL_ORIGINALS_MIRROR."
 )
 TIGER_DRIVE = f"{DRIVE_FOLDER_PREFIX}11eMgUHUD_6LLK9JmiiWCbuHjh0u2OgA1"
+POLOS_ENCODER_BASE = "https://huggingface.co/princeton-nlp/sup-simcse-roberta-base/resolve/main/"
 VILBERT_BASE = "https://dl.fbaipublicfiles.com/vilbert-multi-task/"
 BOTTOM_UP_BASE = "https://huggingface.co/unc-nlp/frcnn-vg-finetuned/resolve/main/"
 
@@ -182,6 +183,17 @@ SOURCES: Dict[str, ModelSource] = {
                       193_252_368 * 4),
          OriginalFile("detectron_config.yaml", "config_yaml", VILBERT_BASE + "detectron_config.yaml", "MIT", 4_000)),
         "conversion.regions_converter:convert_checkpoint", (("detector", "x152-fpn"),)),
+    "capeval/polos-clip-vit-b-32": ModelSource(
+        "capeval.models.polos.loading:model_folder",
+        "the Polos authors (keio-smilab24/Polos README; the polos package's download_model)",
+        (OriginalFile("reprod.zip", "checkpoint", "https://polos-polaris.s3.ap-northeast-1.amazonaws.com/reprod.zip",
+                      "BSD-3-Clause-Clear (the polos package)",
+                      (124_645_632 + 16_814_593) * 4 + VIT_B_32_PARAMETERS * 2),
+         OriginalFile("config.json", "encoder_config", POLOS_ENCODER_BASE + "config.json", "MIT (SimCSE)", 700),
+         OriginalFile("vocab.json", "vocab", POLOS_ENCODER_BASE + "vocab.json", "MIT (SimCSE)", 898_823),
+         OriginalFile("merges.txt", "merges", POLOS_ENCODER_BASE + "merges.txt", "MIT (SimCSE)", 456_318),
+         CLIP_BPE),
+        "conversion.polos_converter:convert", output_argument="out"),
 }
 """Registry model name -> :class:`ModelSource`: every key of :data:`capeval.registry.MODELS`."""
 

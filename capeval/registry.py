@@ -40,6 +40,8 @@ MODELS: Dict[str, HubModel] = {
     "capeval/bottom-up-frcnn-r101-vg": HubModel("v1.0", ("detector:bottom-up",)),
     "capeval/vilbert-multi-task": HubModel("v1.0", ("vilbertscore",)),
     "capeval/vilbert-detector-x152-fpn": HubModel("v1.0", ("detector:x152-fpn",)),
+    # the Polos authors' reprod checkpoint (SimCSE RoBERTa-base sentence encoder, OpenAI CLIP ViT-B/32, regressor)
+    "capeval/polos-clip-vit-b-32": HubModel("v1.0", ("polos",)),
 }
 """Hub id -> :class:`HubModel`: every model capeval loads by default or publishes."""
 
@@ -186,6 +188,13 @@ FAMILIES: Dict[str, MetricFamily] = {
                                         "vilbert_r": BenchmarkMetric("vilbert_recalls", True, "ViLBERTScore-R"),
                                         "vilbert_f": BenchmarkMetric("vilbert_f1s", True, "ViLBERTScore-F")},
                      detector="x152-fpn"),
+        MetricFamily("polos", "capeval.scorers.polos:Polos", "Polos", references="required",
+                     description="Polos (Wada et al., 2024): a regressor trained on human judgments over SimCSE "
+                                 "sentence embeddings and CLIP ViT-B/32 features of image, candidate and references",
+                     main_result="polos_score",
+                     result_keys={"polos_score": "Polos"},
+                     accelerator_precision="fp16",  # clip.load("ViT-B/32", device="cuda"); encoder and regressor fp32
+                     benchmark_metrics={"polos": BenchmarkMetric("polos_scores", True, "Polos")}),
     )
 }
 """Metric family name -> :class:`MetricFamily`."""

@@ -494,7 +494,14 @@ def convert_checkpoint(checkpoint: str | Path, out_dir: str | Path, arch: str | 
     "inception") defaults to the arch's: OpenAI constants for openai, 0.5 for openclip. ``lora`` is
     ``merge_lora``'s mode: "merge" folds PAC-S++ LoRA factors in when the checkpoint holds them, "refuse" stops.
     """
-    original = load_original_state_dict(checkpoint)
+    return convert_original_state_dict(load_original_state_dict(checkpoint), out_dir, arch, model_name, bpe_path,
+                                       normalization, lora)
+
+
+def convert_original_state_dict(original: Mapping[str, torch.Tensor], out_dir: str | Path, arch: str | None = None,
+                                model_name: str | None = None, bpe_path: str | Path | None = None,
+                                normalization: str | None = None, lora: str = "merge") -> Path:
+    """:func:`convert_checkpoint` of a state dict already read (OpenAI or OpenCLIP key names)."""
     state_dict = merge_lora(original, lora)
     resolved_arch = resolve_arch(original, arch, model_name)
     config = clip_config_from_state_dict(state_dict, resolved_arch)

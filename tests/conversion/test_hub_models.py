@@ -149,6 +149,7 @@ OTHER_MODELS = {
     "capeval/vilbert-detector-x152-fpn": "tests/regions/test_x152_fpn_regions.py",
     "capeval/tiger-scan-coco": "tests/tiger/test_tiger_hub_model.py",
     "capeval/vilbert-multi-task": "tests/vilbert/test_vilbert_hub_model.py",
+    "capeval/polos-clip-vit-b-32": "tests/polos/test_polos_scorer.py",
 }
 """The folders that are not CLIP models, and where each is checked."""
 

@@ -44,7 +44,7 @@ def test_every_default_model_is_one_pinned_hub_model() -> None:
 
 
 def test_unknown_family_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known metrics: bridge, clipscore, emscore, pacscore, tigerscore, vilbertscore"):
+    with pytest.raises(KeyError, match="known metrics: bridge, clipscore, emscore, pacscore, polos, tigerscore, vilbertscore"):
         family("tiger")
 
 

@@ -1,0 +1,124 @@
+"""Loading a converted Polos folder, as ``conversion/convert_polos.py`` writes it: ``config.json``
+(:class:`PolosConfig`), ``model.safetensors`` (the layer mix and the regressor, named as in the checkpoint),
+``encoder/`` (the sentence encoder, a transformers folder) and ``clip/`` (a capeval CLIP folder, loaded by
+capeval's CLIP loader); from a local folder or the hub, once per process per setting.
+
+The CLIP towers run at the scorer's precision (the wheel runs ``clip.load`` on CUDA, in fp16); the sentence encoder
+and the regressor always run in float32, as in the wheel.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+
+from capeval.configuration import CONFIG_NAME
+from capeval.functional.polos import Layer
+from capeval.hub import (ModelRef, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder,
+                         without_loading_bars)
+from capeval.models.clip.loading import Backbone, load_backbone
+from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
+from capeval.models.polos.modeling import PolosSentenceEncoder
+from capeval.runtime import precision_dtype
+
+CONVERTER = "conversion/convert_polos.py"
+HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, f"{ENCODER_FOLDER}/*", f"{CLIP_FOLDER}/*")
+FEED_FORWARD = "ff.0.ff.linear_{}"
+"""The checkpoint's names of the regressor's linear layers (``ff`` is ``Sequential(FeedForward, Sigmoid)``, whose
+``FeedForward.ff`` holds ``linear_1``, ``activation_1``, ``dropout_1``, ...)."""
+
+
+@dataclass(frozen=True)
+class LoadedPolos:
+    """A Polos model: its sentence encoder and tokenizer, CLIP backbone, regressor layers and provenance."""
+
+    sentence_encoder: PolosSentenceEncoder
+    tokenizer: PreTrainedTokenizerBase
+    backbone: Backbone
+    layers: Tuple[Layer, ...]
+    """The regressor's linear layers as float64 arrays, in order."""
+    config: PolosConfig
+    name: str
+    revision: Optional[str]
+    folder: Path
+    fingerprint: str
+    """Content hash of the folder's files, the encoder's and CLIP's included."""
+    device: torch.device
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest token sequence the encoder's position embeddings hold (RoBERTa's positions start after the
+        pad id: 512 for ``max_position_embeddings`` 514)."""
+        config = self.sentence_encoder.encoder.config
+        offset = self.sentence_encoder.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta") else 0
+        return int(config.max_position_embeddings) - offset
+
+
+def regressor_layers(state: Dict[str, torch.Tensor]) -> List[Layer]:
+    """The regressor's ``(weight, bias)`` pairs, ``linear_1``, ``linear_2``, ... as float64 arrays."""
+    layers: List[Layer] = []
+    while f"{FEED_FORWARD.format(len(layers) + 1)}.weight" in state:
+        name = FEED_FORWARD.format(len(layers) + 1)
+        layers.append((state[f"{name}.weight"].double().numpy(), state[f"{name}.bias"].double().numpy()))
+    return layers
+
+
+def load_polos_folder(folder: Path, device: torch.device, precision: str, name: Optional[str] = None,
+                      revision: Optional[str] = None) -> LoadedPolos:
+    """The model of a converted folder; every stored weight must be used and every weight present."""
+    missing = [part for part in (CONFIG_NAME, WEIGHTS_NAME, ENCODER_FOLDER, CLIP_FOLDER) if not (folder / part).exists()]
+    if missing:
+        raise FileNotFoundError(f"{folder} is not a converted Polos folder: missing {missing} (see {CONVERTER})")
+    config = PolosConfig.load(folder)
+    with without_loading_bars():
+        encoder = AutoModel.from_pretrained(folder / ENCODER_FOLDER, use_safetensors=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder / ENCODER_FOLDER)
+    tokenizer.model_max_length = sys.maxsize  # the scorer cuts at the encoder's positions itself
+    sentence_encoder = PolosSentenceEncoder(config, encoder)
+    state = load_file(str(folder / WEIGHTS_NAME))
+    layers = regressor_layers(state)
+    mix = {key: value for key, value in state.items() if key.startswith("scalar_mix.")}
+    unused = sorted(set(state) - set(mix) - {f"{FEED_FORWARD.format(index)}.{part}"
+                                               for index in range(1, len(layers) + 1) for part in ("weight", "bias")})
+    expected = len(config.hidden_sizes) + 1
+    if unused or len(layers) != expected:
+        raise ValueError(f"{folder / WEIGHTS_NAME} does not match the Polos config: {len(layers)} regressor layers "
+                         f"(expected {expected}), unused weights {unused}")
+    if sentence_encoder.scalar_mix is not None:
+        sentence_encoder.scalar_mix.load_state_dict({key[len("scalar_mix."):]: value for key, value in mix.items()})
+    elif mix:
+        raise ValueError(f"{folder / WEIGHTS_NAME} holds a layer mix but the config uses layer {config.layer}")
+    backbone = load_backbone(folder / CLIP_FOLDER, None, device, precision)
+    fingerprints = "|".join(folder_fingerprint(part) for part in (folder, folder / ENCODER_FOLDER, folder / CLIP_FOLDER))
+    return LoadedPolos(sentence_encoder.to(device=device, dtype=torch.float32).eval(), tokenizer, backbone,
+                       tuple(layers), config, name if name is not None else str(folder), revision, folder,
+                       hashlib.blake2b(fingerprints.encode(), digest_size=16).hexdigest(), device)
+
+
+def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
+    """The folder of a Polos model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
+    files :func:`load_polos` reads, downloaded or converted now if need be."""
+    return resolve_model_folder(model, pinned_revision(model, revision), HUB_FILES, CONVERTER)
+
+
+_CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], LoadedPolos] = {}
+_LOCK = threading.Lock()
+
+
+def load_polos(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedPolos:
+    """A hub id (at ``revision``, else capeval's pinned one) or local folder, loaded once per process per
+    (model, revision, device, precision)."""
+    revision = pinned_revision(model, revision)
+    key = (str(model), revision, str(device), precision_dtype(precision))
+    with _LOCK:
+        if key not in _CACHE:
+            folder = model_folder(model, revision)
+            _CACHE[key] = load_polos_folder(folder, device, precision, str(model), loaded_revision(folder, revision))
+        return _CACHE[key]
