@@ -240,6 +240,16 @@ class ScoringItems:
     def __len__(self) -> int:
         return len(self.candidates)
 
+    def texts(self) -> Tuple[List[str], List[int]]:
+        """Every candidate of the chunk, then every item's references, in one list (the order of
+        :meth:`text_positions`), and the number of references of each item (empty without references)."""
+        texts = list(self.candidates)
+        counts: List[int] = []
+        for refs in self.references or ():
+            texts.extend(refs)
+            counts.append(len(refs))
+        return texts, counts
+
     def text_positions(self) -> List[TextPosition]:
         """(item index, reference number or None for the candidate) of each text in the order scorers encode them:
         every candidate of the chunk, then every item's references."""

@@ -109,8 +109,8 @@ class BRIDGEScore(Scorer):
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         text_transform = self.bridge.backbone.text_transform
         texts = text_transform.prepare(list(chunk.candidates), self.config.prompt)
-        images = self.engine.image_features(chunk.images).astype(np.float64)
-        captions = self.engine.text_features(texts).astype(np.float64)
+        image_rows, text_rows = self.engine.rows_beside(("image", chunk.images), ("text", texts))
+        images, captions = np.stack(image_rows).astype(np.float64), np.stack(text_rows).astype(np.float64)
         pseudo = self.engine.pseudo_caption_features(chunk.images)
         cut = text_transform.truncated(texts)
         self._record_truncated([position for position, was_cut in zip(chunk.text_positions(), cut) if was_cut])

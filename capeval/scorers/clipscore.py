@@ -7,7 +7,7 @@ backbone (each family's default model) and the weight ``w``.
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -94,24 +94,15 @@ class EmbeddingScorer(Scorer):
         return TruncationWarning(positions, self.backbone.text_transform.context_length)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
-        """Images are requested first, so that their decoding runs in the worker processes while the texts are
-        prepared, tokenised and encoded here; then the images go through the model."""
+        """The texts are prepared and tokenised, then the images' decoding starts in the worker processes, and the
+        texts are encoded here while it runs; then the images go through the model."""
         text_transform = self.backbone.text_transform
-        images = self.engine.request("image", chunk.images)
-        try:
-            raw = list(chunk.candidates)
-            counts: List[int] = []
-            for refs in chunk.references or ():
-                raw.extend(refs)
-                counts.append(len(refs))
-            texts = text_transform.prepare(raw, self.prompt)
-            text_rows = self.engine.text_features(texts)
-        except BaseException:
-            images.close()
-            raise
+        raw, counts = chunk.texts()
+        texts = text_transform.prepare(raw, self.prompt)
+        image_rows, text_rows = self.engine.rows_beside(("image", chunk.images), ("text", texts))
         arithmetic = np.float16 if self.precision == "fp16" else np.float64
-        image_features = np.stack(images.result()).astype(arithmetic)
-        text_features = text_rows.astype(arithmetic)
+        image_features = np.stack(image_rows).astype(arithmetic)
+        text_features = np.stack(text_rows).astype(arithmetic)
         candidates = text_features[: len(chunk)]
         scores = {self.metric_name: functional.clip_s(image_features, candidates, self.weight)}
         if chunk.references is not None:

@@ -151,22 +151,17 @@ class EMScore(Scorer):
         return validate_video(video, index, feature_dim=self.backbone.model.config.projection_dim)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
-        """Frames are requested first, so that videos decode in the worker processes while the captions are
-        tokenised and encoded here."""
+        """The captions are prepared and tokenised, then the videos' decoding starts in the worker processes, and the
+        captions are encoded here while it runs."""
         videos: List[Optional[VideoItem]] = list(chunk.images)
         to_decode = [video for video in videos if video is not None and not video.is_features]
-        frame_request = self.engine.request(VideoFrameRows.kind, to_decode)
-        try:
-            texts = self.backbone.text_transform.prepare(
-                [*chunk.candidates, *(ref for refs in chunk.references or () for ref in refs)], "")
-            distinct = list(dict.fromkeys(texts))  # an item's references recur in every item of its video
-            captions = {text: self._caption(row, ids) for text, row, ids in
-                        zip(distinct, self.engine.row_list(TextTokenRows.kind, distinct),
-                            self.backbone.text_transform.tokenize(distinct))}
-        except BaseException:
-            frame_request.close()
-            raise
-        decoded = dict(zip((video.key for video in to_decode), frame_request.result()))
+        texts = self.backbone.text_transform.prepare(chunk.texts()[0], "")
+        distinct = list(dict.fromkeys(texts))  # an item's references recur in every item of its video
+        token_ids = self.backbone.text_transform.tokenize(distinct)
+        frame_rows, token_rows = self.engine.rows_beside((VideoFrameRows.kind, to_decode),
+                                                         (TextTokenRows.kind, distinct))
+        captions = {text: self._caption(row, ids) for text, row, ids in zip(distinct, token_rows, token_ids)}
+        decoded = dict(zip((video.key for video in to_decode), frame_rows))
         dim = self.backbone.model.config.projection_dim
         items: List[functional.ItemScores] = []
         position = len(chunk)

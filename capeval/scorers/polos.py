@@ -96,20 +96,12 @@ class Polos(Scorer):
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         text_transform = self.polos.backbone.text_transform
-        images = self.engine.request("image", chunk.images)
-        try:
-            raw = list(chunk.candidates)
-            counts: List[int] = []
-            for refs in chunk.references or ():
-                raw.extend(refs)
-                counts.append(len(refs))
-            prompted = text_transform.prepare(raw, self.polos.config.prompt)
-            clip_rows = self.engine.text_features(prompted).astype(np.float64)
-            sentences = self.engine.sentence_features(raw).astype(np.float64)
-        except BaseException:
-            images.close()
-            raise
-        image_rows = np.stack(images.result()).astype(np.float64)
+        raw, counts = chunk.texts()
+        prompted = text_transform.prepare(raw, self.polos.config.prompt)
+        image_rows, clip_rows, sentences = self.engine.rows_beside(
+            ("image", chunk.images), ("text", prompted), ("polos_sentence", raw))
+        image_rows, clip_rows, sentences = (np.stack(rows).astype(np.float64)
+                                            for rows in (image_rows, clip_rows, sentences))
         size = len(chunk)
         scores = functional.polos_scores(sentences[:size], sentences[size:], image_rows, clip_rows[:size],
                                          clip_rows[size:], counts, self.polos.layers, self.polos.config.activations,

@@ -70,7 +70,3 @@ class PolosEngine(ClipEmbeddingEngine):
         super().__init__(polos.backbone, image_batch_size=image_batch_size, text_batch_size=text_batch_size,
                          num_workers=num_workers, cache_dir=cache_dir, memory_cache_bytes=memory_cache_bytes,
                          progress=progress, extra_producers=[SentenceRows(polos, text_batch_size)])
-
-    def sentence_features(self, captions: Sequence[str]) -> np.ndarray:
-        """Polos sentence embeddings of ``captions``, one row per input."""
-        return self.rows("polos_sentence", list(captions))
