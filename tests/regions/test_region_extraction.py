@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List
 
@@ -19,11 +20,12 @@ from safetensors.torch import save_file
 
 from capeval.cache import DiskCache
 from capeval.inputs import InputError, validate_image
-from capeval.models.regions import extraction
-from capeval.models.regions.configuration import ExtractionSettings
+from capeval.models.regions import extraction, preprocessing
+from capeval.models.regions.configuration import ExtractionSettings, X152FpnConfig
 from capeval.models.regions.detectors import DETECTORS
 from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+from capeval.models.regions.preprocessing import network_size
 from capeval.models.regions.proposals import propose_boxes
 from fixtures.paths import REPO_ROOT
 from fixtures.regions_checkpoints import small_input_bottom_up_detector
@@ -91,9 +93,35 @@ def test_caches_written_before_the_engine_are_served_until_the_version_changes(
 
 def test_an_image_decoding_to_another_size_than_its_header_is_named(
         detector: BottomUpDetector, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(extraction, "header_size", lambda item: (20, 20) if item.index == 1 else (32, 40))
+    monkeypatch.setattr(preprocessing, "header_size", lambda item: (20, 20) if item.index == 1 else (32, 40))
     with pytest.raises(InputError, match=r"images\[1\] .* decodes to another size than its header states"):
         RegionExtractor(detector, SETTINGS)(_images([(32, 40), (32, 40)]))
+
+
+def test_shapes_the_detector_cannot_take_are_named_before_any_detection(
+        detector: BottomUpDetector, monkeypatch: pytest.MonkeyPatch) -> None:
+    # shorter side to 64, longer at most 100: 1 x 199 resizes to 1 x 100, 1 x 200 to 0 x 100 (half rounds to even)
+    extractor = RegionExtractor(detector, SETTINGS)
+    for shapes, index, size, resized in ((((32, 40), (1, 199), (1, 200)), 2, "200x1", "100x0"),
+                                         (((250, 1), (32, 40)), 0, "1x250", "0x100")):
+        with pytest.raises(InputError, match=rf"images\[{index}\] \(PIL RGB {size}\) is {size} pixels: resized for the "
+                                             r"detector \(shorter side to 64, longer side at most 100\) it would be "
+                                             rf"{resized}; the detector takes images whose longer side is less than "
+                                             "200 times the shorter"):
+            extractor(_images(list(shapes)))
+    assert extractor.detected == 0
+    assert len(extractor([_images([(1, 199)])[0]])[0].boxes) >= 1
+    lxmert = replace(SETTINGS, preprocessing="lxmert")  # rounds half up: 1 x 200 is 1 x 100, 1 x 201 is 0 x 100
+    assert network_size(validate_image(_images([(1, 200)])[0], 0), detector.config, "lxmert") == (1, 100)
+    with pytest.raises(InputError, match=r"images\[0\] .* it would be 100x0"):
+        RegionExtractor(detector, lxmert)(_images([(1, 201)]))
+    fpn = X152FpnConfig()  # the FPN detector's 800 / 1333: 1 x 2665 is 1 x 1333, 1 x 2666 is refused
+    assert network_size(validate_image(Image.new("RGB", (2665, 1)), 0), fpn, "caffe") == (1, 1333)
+    with pytest.raises(InputError, match="longer side at most 1333.* less than 2666 times the shorter"):
+        network_size(validate_image(Image.new("RGB", (2666, 1)), 0), fpn, "caffe")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # absurdly large images are refused when validated
+    with pytest.raises(InputError, match=r"images\[1\]: 40x32 exceeds PIL.Image.MAX_IMAGE_PIXELS"):
+        extractor(_images([(1, 100), (32, 40)]))
 
 
 TWO_PROCESS_SCRIPT = """

@@ -38,7 +38,7 @@ from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
-from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, header_size, preprocess, resized_size
+from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, network_size, preprocess
 
 EXTRACTION_VERSION = "2"
 """Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
@@ -87,11 +87,13 @@ class DetectionRows(RowProducer[ImageItem]):
 
     def plan(self, items: Mapping[str, ImageItem]) -> List[Batch]:
         """Images in order, grouped by their resized (height, width) read from the headers: a group is a batch once
-        it holds ``batch_size`` images, and the groups left at the end are batches. Payload: (item, resized size)."""
+        it holds ``batch_size`` images, and the groups left at the end are batches. Payload: (item, resized size).
+        An image of a shape the detector cannot take is refused here, before any image is detected
+        (:func:`~capeval.models.regions.preprocessing.network_size`)."""
         pending: Dict[Tuple[int, int], Batch] = {}
         batches: List[Batch] = []
         for key, item in items.items():
-            size = resized_size(*header_size(item), self.detector.config, self.settings.preprocessing)
+            size = network_size(item, self.detector.config, self.settings.preprocessing)
             group = pending.setdefault(size, [])
             group.append((key, (item, size)))
             if len(group) == self.batch_size:
