@@ -23,7 +23,7 @@ from capeval.inputs import InputError, validate_image
 from capeval.models.regions import extraction, preprocessing
 from capeval.models.regions.configuration import ExtractionSettings, X152FpnConfig
 from capeval.models.regions.detectors import DETECTORS
-from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
+from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file, next_chunk_size
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
 from capeval.models.regions.preprocessing import network_size
 from capeval.models.regions.proposals import propose_boxes
@@ -122,6 +122,63 @@ def test_shapes_the_detector_cannot_take_are_named_before_any_detection(
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # absurdly large images are refused when validated
     with pytest.raises(InputError, match=r"images\[1\]: 40x32 exceeds PIL.Image.MAX_IMAGE_PIXELS"):
         extractor(_images([(1, 100), (32, 40)]))
+
+
+class FakeClock:
+    """A clock that advances ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_progress_is_saved_by_time_as_well_as_by_count(detector: BottomUpDetector, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    paths = {}
+    for index, image in enumerate(_images([(32, 40)] * 7, seed=3)):
+        paths[f"i{index}"] = folder / f"i{index}.png"
+        image.save(paths[f"i{index}"])
+    extractor = RegionExtractor(detector, SETTINGS, batch_size=2)
+    chunks: List[int] = []
+    interrupt_at = [4]
+    detections = extractor.detections
+
+    def interrupted(items):
+        chunks.append(len(items))
+        if len(chunks) == interrupt_at[0]:
+            raise KeyboardInterrupt
+        return detections(items)
+
+    monkeypatch.setattr(extractor, "detections", interrupted)
+    out = tmp_path / "regions.npz"
+    # a chunk reads the clock before and after: 100 s. The first chunk (one batch) is 2 images at 50 s each, so the
+    # next hold the 1 image that 60 s allow; the fourth chunk is interrupted, the three before it are saved
+    with pytest.raises(KeyboardInterrupt):
+        extract_to_file(extractor, paths, out, chunk_size=64, save_seconds=60, clock=FakeClock(100))
+    assert chunks == [2, 1, 1, 1]
+    assert sorted(part.stem for part in Path(f"{out}.parts").glob("*.npy")) == ["i0", "i1", "i2", "i3"]
+    chunks.clear()
+    interrupt_at[0] = 0
+    # a fast detector: after the first batch, the rest in one chunk (64 at most)
+    assert extract_to_file(extractor, paths, out, chunk_size=64, save_seconds=60, clock=FakeClock(0.0)) == 3
+    assert chunks == [2, 1]
+    uninterrupted = tmp_path / "uninterrupted.npz"
+    assert extract_to_file(RegionExtractor(detector, SETTINGS, batch_size=2), paths, uninterrupted) == 7
+    resumed, whole = _stored(out), _stored(uninterrupted)
+    assert sorted(resumed) == sorted(whole) == sorted(paths)
+    for key in whole:  # batched otherwise: equal up to float32 rounding
+        for field in FIELDS:
+            np.testing.assert_allclose(resumed[key][field], whole[key][field], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("seconds_per_image", "expected"), [(0.0, 64), (0.5, 64), (1.0, 60), (7.0, 8), (61.0, 1)])
+def test_next_chunk_size(seconds_per_image: float, expected: int) -> None:
+    assert next_chunk_size(seconds_per_image, 64, 60.0) == expected
 
 
 TWO_PROCESS_SCRIPT = """
