@@ -23,10 +23,11 @@ import json
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional
 
-from capeval.hub import PROVENANCE_NAME, ModelNotAvailableError
+from capeval.hub import PROVENANCE_NAME, ModelNotAvailableError, weights_problem
 from capeval.originals import NLTK_RESOURCES, SOURCES, ModelSource, OriginalFile, shown_size
 from capeval.transfers import (GdownClient, TransferError, check_free_space, download_url, drive_file_id,
                                looks_like_html, sha256_of)
@@ -72,7 +73,8 @@ def converted_folder(model: str) -> Path:
 
 
 def cached_model(model: str) -> Optional[Path]:
-    """The complete converted folder of ``model`` in the cache, or ``None``."""
+    """The complete converted folder of ``model`` in the cache, or ``None`` (its weights are checked when loaded,
+    and :func:`fetch_model` builds a damaged one again)."""
     folder = converted_folder(model)
     return folder if (folder / PROVENANCE_NAME).is_file() else None
 
@@ -244,8 +246,12 @@ def fetch_model(model: str, originals: Optional[Mapping[str, Path]] = None, prog
                                        f"files: {', '.join(file.name for file in source.files)})")
     with _model_lock(model):
         folder = cached_model(model)
-        if folder is not None and not given:
+        problem = weights_problem(folder) if folder is not None and not given else None
+        if folder is not None and not given and problem is None:
             return folder
+        if problem is not None:
+            warnings.warn(f"model {model!r}: building its folder again from the original files, as the cached one "
+                          f"is damaged: {problem}")
         downloads = cache_root() / "downloads" / _folder_name(model)
         paths: Dict[str, Path] = {}
         records = []

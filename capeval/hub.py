@@ -1,5 +1,5 @@
-"""Model files from a local folder, the Hugging Face hub or the authors' original files, pinned revisions, and
-content fingerprints.
+"""Model files from a local folder, the Hugging Face hub or the authors' original files, pinned revisions, the
+checksums of converted weights, and content fingerprints.
 
 Model-independent: each model family's loader resolves its folder here and names the files it needs; the pinned
 revisions are those of :data:`capeval.registry.MODELS`, the original files those of
@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from capeval.options import local_model_problem
 from capeval.originals import SOURCES
@@ -21,10 +22,18 @@ from capeval.registry import MODELS
 ModelRef = Union[str, "os.PathLike[str]"]
 PROVENANCE_NAME = "capeval_provenance.json"
 """The record, in a folder built from original files, of what it was converted from (:mod:`capeval.fetch`)."""
+CHECKSUMS_NAME = "capeval_checksums.json"
+"""The record, in a folder that capeval's converters (or ``capeval train bridge``) wrote, of each weight file's size
+and sha256 (:func:`save_weights`), checked when the folder is loaded (:func:`check_weights`)."""
 
 
 class ModelNotAvailableError(OSError):
     """The model could not be found locally and cannot be downloaded now."""
+
+
+class DamagedWeightsError(ModelNotAvailableError):
+    """A weight file's bytes differ from the size and sha256 recorded when it was written; the message names the
+    file and how to write it again."""
 
 
 def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
@@ -119,12 +128,131 @@ def without_loading_bars() -> Iterator[None]:
             transformers_logging.enable_progress_bar()
 
 
+def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.safetensors",
+                 metadata: Optional[Dict[str, str]] = None) -> Path:
+    """Write ``tensors`` to the safetensors file ``folder/name`` and record its size and sha256 in the folder's
+    :data:`CHECKSUMS_NAME` (every converter and ``capeval train bridge`` write weights through this, so that a
+    damaged copy is refused when loaded); returns the file's path."""
+    from safetensors.torch import save_file
+
+    path = Path(folder) / name
+    save_file(dict(tensors), str(path), metadata=metadata)
+    try:
+        records = _read_checksums(Path(folder)) or {}
+    except ValueError:  # a damaged record is written anew
+        records = {}
+    records[name] = _checksum_record(path)
+    _write_checksums(Path(folder), records)
+    return path
+
+
+def _checksum_record(path: Path) -> Dict[str, Any]:
+    """Size and sha256 of ``path``, and the modification time (ns) at which these were read from it."""
+    from capeval.transfers import sha256_of
+
+    before = path.stat()
+    return {"size": before.st_size, "sha256": sha256_of(path), "checked_mtime_ns": before.st_mtime_ns}
+
+
+def _read_checksums(folder: Path) -> Optional[Dict[str, Dict[str, Any]]]:
+    """``{file name: record}`` of the folder's :data:`CHECKSUMS_NAME`, ``None`` when it has none; ``ValueError``
+    naming the file when it cannot be read."""
+    path = folder / CHECKSUMS_NAME
+    if not path.is_file():
+        return None
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        for name, record in files.items():
+            if not (isinstance(record["size"], int) and isinstance(record["sha256"], str)):
+                raise TypeError(name)
+        return files
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"{path} is not a readable record of weight checksums ({type(error).__name__}: "
+                         f"{error})") from None
+
+
+def _write_checksums(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
+    """Replace the folder's :data:`CHECKSUMS_NAME` atomically."""
+    text = json.dumps({"about": "size and sha256 of each weight file as written; capeval checks them when it loads "
+                                "the folder (checked_mtime_ns: the file's modification time when they last matched)",
+                       "files": dict(sorted(files.items()))}, indent=2) + "\n"
+    handle, temporary = tempfile.mkstemp(prefix=f".{CHECKSUMS_NAME}.", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, folder / CHECKSUMS_NAME)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _rewrite_advice(folder: Path, what: str) -> str:
+    """How to write ``what`` of ``folder`` again: ``capeval download`` for a folder capeval built from original
+    files, else the conversion."""
+    path = folder / PROVENANCE_NAME
+    if path.is_file():
+        model = json.loads(path.read_text(encoding="utf-8")).get("model")
+        return (f"run `capeval download {model}`, which builds the folder again from its original files (they are "
+                f"downloaded again)")
+    return (f"write {what} again (re-run the conversion of conversion/convert_<model>.py, or `capeval train bridge`, "
+            f"into this folder), or copy the folder again from where it came from")
+
+
+def weights_problem(folder: Path, names: Optional[Sequence[str]] = None) -> Optional[str]:
+    """What is wrong with the weight files ``names`` (default: every file recorded) of ``folder`` against its
+    :data:`CHECKSUMS_NAME`, or ``None`` when they match or the folder records no checksum (a folder written by hand,
+    by an older capeval, or a hub snapshot: loaded as it is).
+
+    A file whose size and modification time are those recorded when its sha256 last matched is not hashed again
+    (hashing reads the whole file: about half a second for a 600 MB file); any other is hashed, and when it matches,
+    its modification time is recorded (where the folder is writable), so that each copy of a folder is hashed once.
+    """
+    folder = Path(folder)
+    try:
+        records = _read_checksums(folder)
+    except ValueError as error:
+        return str(error)
+    if records is None:
+        return None
+    checked = False
+    for name in records if names is None else [name for name in names if name in records]:
+        record, path = records[name], folder / name
+        if not path.is_file():
+            return f"{path} is missing (the folder's {CHECKSUMS_NAME} records it)"
+        status = path.stat()
+        if status.st_size != record["size"]:
+            return (f"{path} has {status.st_size:,} bytes, not the {record['size']:,} recorded in {CHECKSUMS_NAME} "
+                    "when it was written (truncated, or another file)")
+        if status.st_mtime_ns == record.get("checked_mtime_ns"):
+            continue
+        now = _checksum_record(path)
+        if now["sha256"] != record["sha256"]:
+            return (f"{path} has sha256 {now['sha256']}, not the {record['sha256']} recorded in {CHECKSUMS_NAME} "
+                    "when it was written: its bytes are damaged or were changed")
+        records[name] = now
+        checked = True
+    if checked:
+        try:
+            _write_checksums(folder, records)
+        except OSError:  # a read-only folder: checked again on the next load
+            pass
+    return None
+
+
+def check_weights(folder: Path, names: Optional[Sequence[str]] = None) -> None:
+    """Raise :class:`DamagedWeightsError` naming the file and what to do when :func:`weights_problem` finds one."""
+    problem = weights_problem(folder, names)
+    if problem is not None:
+        raise DamagedWeightsError(f"{problem}. Do not use these weights: {_rewrite_advice(Path(folder), 'them')}.")
+
+
 def folder_fingerprint(folder: Path, suffixes: Sequence[str] = (".json", ".txt", ".safetensors")) -> str:
     """Content hash of the files of ``folder`` with these suffixes (names and bytes, in name order), leaving out
-    the provenance record of a folder converted from original files (when and by which capeval version)."""
+    the provenance record of a folder converted from original files (when and by which capeval version) and the
+    record of its weights' checksums (which a load may update)."""
     hasher = hashlib.blake2b(digest_size=16)
     for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in set(suffixes)
-                       and p.name != PROVENANCE_NAME):
+                       and p.name not in (PROVENANCE_NAME, CHECKSUMS_NAME)):
         hasher.update(path.name.encode())
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 24), b""):

@@ -242,7 +242,9 @@ def card_section(model: str) -> str:
         lines.append(f"| `{file.name}` | {where_published(file)} | {file.licence} | {shown_size(file)} | {sha} |")
     lines += ["", f"`capeval download {model}` (or the first use of `{model}` when its hub repository cannot be had) "
                   "downloads them, checks them, and converts them with", "", "```python",
-              conversion_call(source), "```"]
+              conversion_call(source), "```", "",
+              "which also records the size and sha256 of the folder's `model.safetensors` in "
+              "`capeval_checksums.json` (not uploaded to the hub); capeval checks them whenever it loads the folder."]
     if source.notice:
         lines += ["", source.notice.format(model=model)]
     return "\n".join(lines + ["", SECTION_END])

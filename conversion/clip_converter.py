@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import torch
-from safetensors.torch import save_file
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
+from capeval.hub import save_weights
 from conversion.convert_clip import (ARCHES, DEFAULT_ARCH_FOR_MODEL, DEFAULT_NORMALIZATION, KNOWN_MODELS, LORA_MODES,
                                      NORMALIZATIONS)
 
@@ -516,8 +516,8 @@ def convert_original_state_dict(original: Mapping[str, torch.Tensor], out_dir: s
     config.dtype = "float32"
     config.save_pretrained(str(out))
     # float32 like PAC-S's model.float(); upcasting OpenAI's fp16 archives is exact
-    save_file({name: tensor.float().contiguous() for name, tensor in weights.items()},
-              str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_weights({name: tensor.float().contiguous() for name, tensor in weights.items()}, out,
+                 metadata={"format": "pt"})
     write_image_processor(out, config.vision_config.image_size,
                           normalization or DEFAULT_NORMALIZATION[resolved_arch])
     write_tokenizer(out, bpe_path or default_bpe_path(), config.text_config.max_position_embeddings)

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+from capeval.hub import CHECKSUMS_NAME, weights_problem
 from capeval.transfers import sha256_of
 
 WEIGHTS_FILE = "model.safetensors"
@@ -135,8 +136,10 @@ def metadata_differences(expected_dir: Path, actual_dir: Path, names: Iterable[s
 
 
 def model_metadata_names(card_dir: Path, weights_dir: Path) -> list[str]:
-    """The converted folder's files besides the weights; error unless the card folder holds those plus README.md."""
-    converted = sorted(path.name for path in weights_dir.iterdir() if path.is_file() and path.name != WEIGHTS_FILE)
+    """The converted folder's files besides the weights and their checksum record (this machine's; the hub records
+    each file's sha256 itself); error unless the card folder holds those plus README.md."""
+    converted = sorted(path.name for path in weights_dir.iterdir()
+                       if path.is_file() and path.name not in (WEIGHTS_FILE, CHECKSUMS_NAME))
     carded = sorted(path.name for path in card_dir.iterdir() if path.is_file() and path.name != CARD_FILE)
     if converted != carded:
         raise PublishError(
@@ -200,6 +203,9 @@ def plan_model(card_dir: Path, weights_dir: Path, original: Path | None, tag: st
     weights_path = weights_dir / WEIGHTS_FILE
     if not weights_path.is_file():
         raise PublishError(f"{repo_id}: {weights_path} does not exist; run conversion/convert_clip.py first")
+    damage = weights_problem(weights_dir, [WEIGHTS_FILE])
+    if damage is not None:
+        raise PublishError(f"{repo_id}: {damage}; convert the original checkpoint again")
     names = model_metadata_names(card_dir, weights_dir)
     check_same_metadata(card_dir, weights_dir, names)
     check_weights_match_config(card_dir, weights_path)

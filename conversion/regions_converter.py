@@ -46,8 +46,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 import yaml
-from safetensors.torch import save_file
 
+from capeval.hub import save_weights
 from capeval.models.regions.configuration import RESNET_BLOCKS, BottomUpConfig, X152FpnConfig
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector, legacy_cell_anchors
@@ -303,6 +303,6 @@ def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detec
     config = CONFIG_READERS[detector](yaml.safe_load(config_yaml.read_text()))
     converted, dropped = convert_state_dict(load_checkpoint(checkpoint), config)
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(converted, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(converted, out_dir, metadata={"format": "pt"})
     config.save(out_dir)
     return dropped

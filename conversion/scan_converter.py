@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
-from safetensors.torch import save_file
 
+from capeval.hub import save_weights
 from capeval.models.scan.configuration import SUPPORTED_OPTIONS, ScanConfig
 from capeval.models.scan.loading import WEIGHTS_NAME
 from capeval.models.scan.modeling import ScanModel
@@ -149,8 +149,8 @@ def convert(checkpoint: Path, vocab: Path, out: Path) -> List[str]:
     if wrong_shapes:
         raise CheckpointError(f"weights with shapes (found, expected) that do not match the options: {wrong_shapes}")
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(torch.float32).contiguous() for k, v in state.items()}, str(out / WEIGHTS_NAME),
-              metadata={"format": "pt"})
+    save_weights({k: v.to(torch.float32).contiguous() for k, v in state.items()}, out, WEIGHTS_NAME,
+                 metadata={"format": "pt"})
     config.save(out)
     write_vocab(word_to_id, out)
     return sorted(state)

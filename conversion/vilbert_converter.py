@@ -21,8 +21,8 @@ from dataclasses import fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
-from safetensors.torch import save_file
 
+from capeval.hub import save_weights
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.loading import VOCAB_FILE, WEIGHTS_FILE
 from capeval.models.vilbert.modeling import VilbertModel
@@ -146,7 +146,7 @@ def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> 
         raise CheckpointError("shapes differ from the config: " + ", ".join(
             f"bert.{key} {tuple(kept[key].shape)} vs {tuple(expected[key].shape)}" for key in wrong))
     out.mkdir(parents=True, exist_ok=True)
-    save_file(kept, str(out / WEIGHTS_FILE), metadata={"format": "pt", "source": checkpoint.name})
+    save_weights(kept, out, WEIGHTS_FILE, metadata={"format": "pt", "source": checkpoint.name})
     config.save(out)
     shutil.copyfile(vocab, out / VOCAB_FILE)
     for reason in sorted(set(dropped.values())):

@@ -168,7 +168,7 @@ def _forward_only(scorer: EMScore, clip: str) -> Dict[str, Any]:
     """The image forward alone on a ready uint8 batch of the clip's first frames: best of 3."""
     backbone = scorer.backbone
     frames = iter_video_frames(clip)
-    batch = torch.stack([backbone.image_transform.to_uint8(next(frames)) for _ in range(FORWARD_BATCH)])
+    batch = torch.stack([backbone.image_transform.to_uint8(next(frames), "frame") for _ in range(FORWARD_BATCH)])
     seconds, cpu_seconds, _ = min(timed(lambda: float(backbone.encode_images(batch)[0, 0])) for _ in range(3))
     return {"items": 0, "videos": 0, "frames": FORWARD_BATCH, "seconds": seconds, "cpu_seconds": cpu_seconds}
 

@@ -305,6 +305,17 @@ class BaselineMetric:
         self.name = canonical_baseline_name(name)
         self._group = group if group is not None else _BaselineGroup()
 
+    def check(self, images: Optional[Sequence[Any]], candidates: Sequence[str], references: Sequence[Sequence[str]],
+              keys: Sequence[str]) -> None:
+        """Raise before any metric runs when this baseline cannot score the inputs: a reference list that is empty
+        (:class:`InputError` naming the item), or no Java, pycocoevalcap or SPICE models
+        (:class:`BaselineUnavailableError`)."""
+        empty = next((index for index, item_references in enumerate(references) if not item_references), None)
+        if empty is not None:
+            raise InputError(f"item {keys[empty]!r}: references[{empty}] is empty: {self.name} needs at least one "
+                             "reference")
+        _check_environment(candidates, references, [self.name])
+
     def __call__(
         self, images: Optional[Sequence[Any]], candidates: Sequence[str], references: Optional[Sequence[Sequence[str]]]
     ) -> List[float]:

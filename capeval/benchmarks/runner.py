@@ -4,7 +4,9 @@ A metric is any callable ``f(images, candidates, references) -> per-item scores`
 or the benchmark's image names when no metric needs images; on a video benchmark, videos: feature file paths or
 :class:`capeval.video.VideoFeatures`; ``references``: one list of strings per item). It is called ONCE over all
 inputs, in benchmark order; items are not deduplicated (capeval's scorers encode each distinct image, video and text
-once anyway). A callable may carry ``needs_images: bool`` (default True) and, after the call, ``signature: str``.
+once anyway). A callable may carry ``needs_images: bool`` (default True), ``check(images, candidates, references,
+keys)``, which :func:`run_benchmark` calls for every metric before the first one runs and which raises on inputs
+the metric cannot score (``keys`` names each input), and, after the call, ``signature: str``.
 
 The video metrics are EMScore's (``emscore``, ``ref_emscore``) and video PAC-S / RefPAC-S (``pac_s``,
 ``ref_pac_s`` on a video benchmark): one ``capeval.EMScore`` scorer on EMScore's or on PAC-S's default model, made
@@ -17,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from capeval.benchmarks.datasets import Benchmark, VideoSetup, check_images
 from capeval.benchmarks.statistics import (TIE_CREDITS, Estimate, ImageBootstrap, PairedComparison, paired_comparison,
                                            percentile_interval)
 from capeval.benchmarks.tasks import MetricInputs, task_type
-from capeval.inputs import InputError
+from capeval.inputs import InputError, validate_caption, validate_references
 from capeval.models.regions.files import RegionLookup
 from capeval.options import check_positive_int
 from capeval.registry import BENCHMARK_METRICS, FAMILIES, BenchmarkMetric, scorer_class
@@ -64,6 +66,18 @@ class ScorerMetric:
         self.result_key = result_key
         self.uses_references = uses_references
         self.signature: Optional[str] = None
+
+    def check(self, images: List[Any], candidates: List[str], references: List[List[str]], keys: Sequence[str]
+              ) -> None:
+        """Raise :class:`InputError` naming the item when a candidate, or a reference list this metric reads, is one
+        the scorer refuses (empty, invisible or invalid text; no references, as with ``--references 0``)."""
+        for index, candidate in enumerate(candidates):
+            try:
+                validate_caption(candidate, f"candidates[{index}]")
+                if self.uses_references:
+                    validate_references(references[index], index)
+            except InputError as error:
+                raise InputError(f"item {keys[index]!r}: {error}") from None
 
     def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
         result = self.scorer.score(images, candidates, references if self.uses_references else None)
@@ -114,6 +128,21 @@ class RegionFeatureMetric(ScorerMetric):
     def __init__(self, scorer: Scorer, result_key: str, uses_references: bool, regions: RegionLookup) -> None:
         super().__init__(scorer, result_key, uses_references)
         self.regions = regions
+
+    def check(self, images: List[Any], candidates: List[str], references: List[List[str]], keys: Sequence[str]
+              ) -> None:
+        """As :meth:`ScorerMetric.check`, and every image's regions must be in the file and be what the scorer takes
+        (TIGEr: 36 regions of its feature width; ViLBERTScore: its region count, with boxes)."""
+        super().check(images, candidates, references, keys)
+        checked = set()
+        for index, image in enumerate(images):
+            if image in checked:
+                continue
+            checked.add(image)
+            try:
+                self.scorer.validate_entry(self.regions(image), index)
+            except InputError as error:
+                raise InputError(f"item {keys[index]!r}: {error}") from None
 
     def __call__(self, images: List[str], candidates: List[str], references: List[List[str]]) -> List[float]:
         regions = []
@@ -374,6 +403,13 @@ def run_benchmark(
     image_root = _image_root(benchmark, metrics, image_dir)
     task = kind(benchmark.items, ties, progress)
     inputs, keys = task.inputs(image_root), task.keys()
+    for name, metric in metrics.items():  # every metric's inputs, before the first one runs
+        check = getattr(metric, "check", None)
+        if check is not None:
+            try:
+                check(*inputs, keys)
+            except InputError as error:
+                raise InputError(f"metric {name!r} cannot run on benchmark {benchmark.name!r}: {error}") from None
     bootstrap = ImageBootstrap(task.groups, n_resamples, seed)
     results: Dict[str, MetricResult] = {}
     replicates: Dict[str, Dict[str, np.ndarray]] = {}

@@ -34,6 +34,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    return value
+
+
 def family_label(family: MetricFamily) -> str:
     """A family's scores as its description names them, before the citation: ``CLIP-S / RefCLIP-S``."""
     return family.description.split(" (", 1)[0]

@@ -1,6 +1,7 @@
 """``capeval download``: fetch models ahead of time (for machines whose compute nodes have no network), each as a
 scorer would on first use: the hub repository, else the authors' original files, checked and converted into
-capeval's cache. Prints what it fetched, the sizes and sha256 of the originals, and where each folder is. Every run
+capeval's cache (a cached folder whose weights no longer match their recorded sha256 is built again). Prints what
+it fetched, the sizes and sha256 of the originals, and where each folder is. Every run
 first installs capeval's ``evaluate`` modules into evaluate's module cache (no network needed), so that
 ``evaluate.load("capeval/<name>")`` works offline; ``--modules-only`` does that alone."""
 from __future__ import annotations
@@ -22,7 +23,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "download", help="fetch models ahead of time (hub repository, or the authors' original files converted)",
         description="Fetch each MODEL as its first use would: a converted folder in capeval's cache, else the hub "
                     "repository at capeval's pinned revision, else the authors' original files, downloaded, checked "
-                    "and converted into capeval's cache ($CAPEVAL_CACHE, else $HF_HOME/capeval). Run it where there "
+                    "and converted into capeval's cache ($CAPEVAL_CACHE, else $HF_HOME/capeval); a cached folder "
+                    "whose weights no longer match their recorded sha256 is built again. Run it where there "
                     "is network access; afterwards the models load with HF_HUB_OFFLINE=1. Every run also installs "
                     "capeval's evaluate modules into evaluate's module cache ($HF_MODULES_CACHE, else "
                     '$HF_HOME/modules), so that evaluate.load("capeval/<name>") works offline.',
@@ -97,11 +99,12 @@ def describe(model: str, folder: Path, already: bool) -> List[str]:
     return lines
 
 
-def fetch_one(model: str, originals: Dict[str, Path]) -> Path:
-    """The folder of ``model``, fetched (or converted from ``originals``) now if need be."""
+def fetch_one(model: str, originals: Dict[str, Path], rebuild: bool = False) -> Path:
+    """The folder of ``model``, fetched (or converted from ``originals``) now if need be; built again from its
+    original files with ``rebuild`` (a cached folder whose weights are damaged)."""
     from capeval import fetch
 
-    if originals:
+    if originals or rebuild:
         return fetch.fetch_model(model, originals)
     module, function = SOURCES[model].folder.split(":")
     return getattr(importlib.import_module(module), function)(model)
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval download``: the evaluate modules are installed and every model is tried; returns 2 when
     the modules or a model could not be had."""
     from capeval.fetch import cached_model, nltk_data, offline
-    from capeval.hub import ModelNotAvailableError
+    from capeval.hub import ModelNotAvailableError, weights_problem
 
     models = _chosen_models(args)
     if offline() and models:
@@ -141,9 +144,11 @@ def run(args: argparse.Namespace) -> int:
     modules_installed = install_evaluate_modules()
     failed = []
     for model in models:
-        already = cached_model(model) is not None and not given
+        cached = None if given else cached_model(model)
+        damaged = cached is not None and weights_problem(cached) is not None
+        already = cached is not None and not damaged
         try:
-            folder = fetch_one(model, given)
+            folder = fetch_one(model, given, rebuild=damaged)
         except ModelNotAvailableError as error:
             print(f"capeval download: error: {' '.join(str(error).split())}", file=sys.stderr)
             failed.append(model)

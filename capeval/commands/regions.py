@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
-from capeval.commands.arguments import detector_users, family_label, listed, region_families
+from capeval.commands.arguments import detector_users, family_label, listed, positive_float, region_families
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, images_by_stem
-from capeval.models.regions.configuration import ADAPTIVE
+from capeval.models.regions.configuration import ADAPTIVE, SAVE_SECONDS
 from capeval.models.regions.detectors import DETECTORS
 
 
@@ -20,8 +20,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "regions", help=f"region features of images for the region-based metrics ({metrics})",
         description="Detect regions in every image of --images and write their features, boxes and image sizes to "
-                    "--out, keyed by file stem; rerunning skips the images already written. The features stand in "
-                    f"for the images of {metrics} (`capeval score --regions`, `capeval benchmark --regions`).")
+                    "--out, keyed by file stem; progress is saved every 64 images or about every --save-seconds, "
+                    "whichever comes first, and rerunning skips the images already written (an interrupted run "
+                    f"loses at most that). The features stand in for the images of {metrics} (`capeval score "
+                    "--regions`, `capeval benchmark --regions`).")
     detectors = "; ".join(f"{spec.name}: {spec.description} ({listed(detector_users(spec.name), last='and')}; "
                           f"{spec.settings.regions_per_image()} regions per image)" for spec in DETECTORS.values())
     parser.add_argument("--detector", choices=sorted(DETECTORS), default="bottom-up", help=detectors)
@@ -39,6 +41,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--device", help="torch device (default: Accelerate's device: a GPU when available)")
     parser.add_argument("--batch-size", type=int, default=4, help="images of one size per forward pass")
     parser.add_argument("--cache-dir", type=Path, help="on-disk cache of region features keyed by image content")
+    parser.add_argument("--save-seconds", type=positive_float, default=SAVE_SECONDS, metavar="SECONDS",
+                        help=f"save progress (to <out>.parts) at least about this often, besides every 64 images "
+                             f"(default {SAVE_SECONDS:g}; a CPU run takes seconds per image)")
     parser.set_defaults(handler=run)
     return parser
 
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     settings = replace(base, preprocessing=args.preprocessing)
     extractor = RegionExtractor(spec.load(args.model, device=device), settings, batch_size=args.batch_size,
                                 cache_dir=args.cache_dir)
-    detected = extract_to_file(extractor, images, args.out)
+    detected = extract_to_file(extractor, images, args.out, save_seconds=args.save_seconds)
     if extractor.engine.state.is_main_process:
         print(f"wrote {args.out}: {len(images)} images ({detected} detected now)")
     return 0

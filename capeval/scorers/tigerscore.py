@@ -131,9 +131,9 @@ class TIGErScore(Scorer):
         """Chunks whose image entries are validated :class:`RegionFeatures` (36 rows of ``img_dim`` features) or,
         for images, :class:`ImageItem` objects whose regions the detector gives in :meth:`_score_chunk`."""
         return iter_scoring_items(images, candidates, references, self.chunk_size,
-                                  validate_image_entry=self._validate_entry)
+                                  validate_image_entry=self.validate_entry)
 
-    def _validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem]:
+    def validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem]:
         """Region features validated and hashed once per distinct object (an image's regions are usually passed
         for each of its candidates); other entries validated as images."""
         if not isinstance(entry, RegionFeatures):

@@ -136,7 +136,7 @@ class ViLBERTScore(Scorer):
                           "(the reference implementation gives NaN)", stacklevel=2)
         return result
 
-    def _validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem, UnresolvedEntry]:
+    def validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem, UnresolvedEntry]:
         """Check an image entry (in the validation threads, one chunk ahead): region features validated and hashed
         once per distinct object; images validated for the detector; entries for a ``regions=`` function kept for
         it. Regions of images are made in :meth:`_score_chunk`, on the scoring thread, a chunk at a time."""
@@ -179,7 +179,7 @@ class ViLBERTScore(Scorer):
     def _chunks(self, images: Iterable[Any], candidates: Iterable[str],
                 references: Optional[Iterable[Sequence[str]]]) -> Iterator[ScoringItems]:
         return iter_scoring_items(images, candidates, references, self.chunk_size,
-                                  validate_image_entry=self._validate_entry)
+                                  validate_image_entry=self.validate_entry)
 
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:
         assert chunk.references is not None  # references are required

@@ -202,7 +202,7 @@ class EpochData(Dataset):
         count = min(self.config.chunks_per_template, len(templates))
         chosen = sorted(rng.choice(len(templates), size=count, replace=False).tolist())
         with Image.open(Path(self.config.images) / image.path) as opened:
-            pixels = self.backbone.image_transform.to_uint8(opened)
+            pixels = self.backbone.image_transform.to_uint8(opened, f"training image {image.path}")
         return {"pixels": pixels, "caption": caption, "templates": [templates[i] for i in chosen],
                 "chunks": len(templates)}
 

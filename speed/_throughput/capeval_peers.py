@@ -64,7 +64,7 @@ def run_capeval_images(context: ChildContext, workload: Workload) -> Dict[str, A
     timing = timed(lambda: float(scorer.engine.image_features(
         [validate_image(path, index) for index, path in enumerate(files)]).shape[0]))
     backbone = scorer.backbone
-    batch = torch.stack([backbone.image_transform.to_uint8(Image.open(path)) for path in files[:64]])
+    batch = torch.stack([backbone.image_transform.to_uint8(Image.open(path), str(path)) for path in files[:64]])
     forward_seconds = min(timed(lambda: float(backbone.encode_images(batch)[0, 0]))[0] for _ in range(3))
     return measured(timing, load_seconds, mean_score=float("nan"), pairs=len(files), images_encoded=len(files),
                     extra={"forward_images_per_second": len(batch) / forward_seconds,

@@ -46,7 +46,7 @@ class _DecodedFiles(torch.utils.data.Dataset):
 
     def __getitem__(self, path: str) -> torch.Tensor:
         with Image.open(path) as image:
-            return self.transform.to_uint8(image)
+            return self.transform.to_uint8(image, "image")
 
 
 class _Files(torch.utils.data.Sampler):

@@ -170,6 +170,25 @@ def test_command_runs_emscore_on_vatex_eval(tmp_path: Path, tiny_openai_clip, ca
     assert "the first 0 of its references" in report["benchmark"]["protocol"]
 
 
+def test_every_metric_is_checked_against_the_benchmark_before_the_first_runs(tmp_path: Path, tiny_openai_clip,
+                                                                              capsys) -> None:
+    release = write_vatex_eval(tmp_path / "vatex", width=64)
+    code = main(["benchmark", "--dataset", "vatex-eval", "--data-root", str(release.folder), "--references", "0",
+                 "--metric", "emscore", "--metric", "ref_emscore", "--model", str(tiny_openai_clip.hf_dir),
+                 "--device", "cpu", "--bootstrap", "10"])
+    error = capsys.readouterr().err
+    assert code == 2
+    assert "metric 'ref_emscore' cannot run on benchmark 'vatex-eval': item " in error
+    assert "references[0] is empty; reference-based scores need at least one reference" in error
+    assert "running emscore" not in error  # the first metric never ran
+    code = main(["benchmark", "--dataset", "vatex-eval", "--data-root", str(release.folder), "--references", "0",
+                 "--metric", "emscore", "--metric", "bleu1", "--model", str(tiny_openai_clip.hf_dir), "--device",
+                 "cpu", "--bootstrap", "10"])
+    error = capsys.readouterr().err
+    assert code == 2 and "metric 'bleu1' cannot run on benchmark 'vatex-eval': item " in error
+    assert "references[0] is empty: BLEU-1 needs at least one reference" in error and "running emscore" not in error
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # End to end with tiny converted CLIPs: capeval's EMScore scorer run as the demos run it
 

@@ -192,7 +192,7 @@ def test_score_is_half_clip_s_plus_weighted_pseudo_caption_cosine(tiny_bridge, t
     captions = transform.tokenize(transform.prepare(candidates, "A photo depicts "))
     with torch.no_grad():
         texts = backbone.encode_texts(pad_token_ids(captions)).double()
-        pixels = torch.stack([backbone.image_transform.to_uint8(image) for image in images])
+        pixels = torch.stack([backbone.image_transform.to_uint8(image, "image") for image in images])
         grid = model.image_grid(backbone.image_transform.normalize(pixels))
     expected = []
     for index, caption in enumerate(scorer.engine.templates(chunk.images)):

@@ -126,7 +126,7 @@ def test_image_transform_equals_torchvision_bit_for_bit(image_paths: List[Path])
         ours, reference = ImageTransform(224, mean, std), reference_transform(mean, std)
         for path in image_paths:
             expected = reference(Image.open(path))
-            actual = ours.normalize(ours.to_uint8(validate_image(path, 0).open())[None])[0]
+            actual = ours.normalize(ours.to_uint8(validate_image(path, 0).open(), str(path))[None])[0]
             assert torch.equal(actual, expected), path
 
 

@@ -60,7 +60,8 @@ def test_worker_processes_give_the_in_process_results_for_every_input_form(files
     one_batch = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=len(files), num_workers=2)
     rows = one_batch.engine.image_features([validate_image(path, index) for index, path in enumerate(files)])
     transform = one_batch.backbone.image_transform
-    direct = one_batch.backbone.encode_images(torch.stack([transform.to_uint8(Image.open(path)) for path in files]))
+    pixels = torch.stack([transform.to_uint8(Image.open(path), str(path)) for path in files])
+    direct = one_batch.backbone.encode_images(pixels)
     np.testing.assert_array_equal(rows, direct.numpy())
 
 
@@ -78,6 +79,20 @@ def test_an_image_a_worker_cannot_decode_names_the_item_and_stops_the_workers(fi
     # the scorer still works afterwards (new workers), with the same rows as before
     again = scorer.score(images[:5], CAPTIONS)
     assert again == CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=2, num_workers=0).score(images[:5], CAPTIONS)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_image_whose_resize_exceeds_the_pixel_limit_is_named(files, tiny_openai_clip, num_workers: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # the shorter side goes to 224: 19 x 1 becomes 4256 x 224 (953,344 pixels), 30 x 1 becomes 6720 x 224
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, batch_size=2, num_workers=num_workers)
+    assert len(scorer.score([files[0], Image.new("RGB", (19, 1))], CAPTIONS[:2])["clip_scores"]) == 2
+    with pytest.raises(InputError, match=r"images\[1\] \(PIL RGB 1x30\) is 1x30 pixels: CLIP's transform resizes its "
+                                         r"shorter side to 224 pixels, which makes it 224x6,720 \(1,505,280 pixels\) "
+                                         r"before the centre crop, more than PIL.Image.MAX_IMAGE_PIXELS \(1,000,000\); "
+                                         "the longer side may be at most about 20 times the shorter"):
+        scorer.score([files[0], Image.new("RGB", (1, 30))], CAPTIONS[:2])
 
 
 INTERRUPTED_SCRIPT = textwrap.dedent("""

@@ -14,6 +14,7 @@ import torch
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from safetensors.torch import load_file, save_file
 
+from capeval.hub import CHECKSUMS_NAME
 from conversion.publish import PublishError, main, plan_space, publish, read_front_matter
 from fixtures.clip_checkpoints import TinyClip, save_pacs_checkpoint
 from fixtures.model_cards import CARD_SOURCE, make_card_folder
@@ -129,10 +130,22 @@ def test_weights_from_another_checkpoint_are_refused(tiny_openai_clip: TinyClip,
 def test_weights_missing_a_tensor_are_refused(tiny_openai_clip: TinyClip, tiny_card: Path, tmp_path: Path) -> None:
     weights_dir = tmp_path / "converted"
     shutil.copytree(tiny_openai_clip.hf_dir, weights_dir)
+    (weights_dir / CHECKSUMS_NAME).unlink()  # weights written by other code than capeval's converters
     tensors = load_file(weights_dir / "model.safetensors")
     del tensors["logit_scale"]
     save_file(tensors, weights_dir / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(PublishError, match="missing: logit_scale"):
+        main(["--dry-run", "--model", str(tiny_card), str(weights_dir)])
+
+
+def test_damaged_weights_are_refused(tiny_openai_clip: TinyClip, tiny_card: Path, tmp_path: Path) -> None:
+    weights_dir = tmp_path / "converted"
+    shutil.copytree(tiny_openai_clip.hf_dir, weights_dir)
+    data = bytearray((weights_dir / "model.safetensors").read_bytes())
+    data[-10] ^= 0xFF
+    (weights_dir / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(PublishError, match=r"capeval/pacs-clip-vit-b-32: .*model\.safetensors has sha256 .* its bytes "
+                                           "are damaged or were changed; convert the original checkpoint again"):
         main(["--dry-run", "--model", str(tiny_card), str(weights_dir)])
 
 

@@ -19,6 +19,8 @@ from safetensors.torch import load_file, save_file
 from capeval import CLIPScore, engine as engine_module
 from capeval.cache import DiskCache
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches
+from capeval.hub import CHECKSUMS_NAME
+from fixtures.paths import REPO_ROOT
 
 CAPTIONS = [f"a photo of thing number {i}" for i in range(7)]
 
@@ -73,6 +75,7 @@ def test_disk_cache_never_serves_another_model(flickr_images, tiny_openai_clip, 
     CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path / "cache").score(images, candidates)
     changed = tmp_path / "changed"
     shutil.copytree(tiny_openai_clip.hf_dir, changed)
+    (changed / CHECKSUMS_NAME).unlink()  # weights changed by other code than capeval's converter
     weights = load_file(changed / "model.safetensors")
     weights["visual_projection.weight"] = weights["visual_projection.weight"] * 1.5
     save_file(weights, changed / "model.safetensors", metadata={"format": "pt"})
@@ -249,7 +252,7 @@ def test_a_failing_share_raises_on_every_process_instead_of_hanging(tmp_path) ->
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                "29519", str(script), str(tmp_path)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert [(tmp_path / f"rank{rank}.txt").read_text() for rank in range(2)] == ["images[3]: cannot be decoded"] * 2
 
@@ -278,7 +281,7 @@ def test_two_processes_equal_one_exactly(flickr_images, tiny_openai_clip, tmp_pa
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
                str(script), str(tiny_openai_clip.hf_dir), str(tmp_path), str(payload)]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
     assert completed.returncode == 0, completed.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     torch.set_num_threads(1)

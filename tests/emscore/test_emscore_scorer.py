@@ -15,6 +15,7 @@ from capeval.inputs import TruncationWarning
 from capeval.registry import EMSCORE_RESULT_KEYS
 from capeval.video import VideoDecodeWarning
 from fixtures.clip_checkpoints import TinyClip
+from fixtures.paths import REPO_ROOT
 from fixtures.videos import Clip, write_clip
 
 DIM = 64  # the tiny CLIP's projection width
@@ -221,8 +222,9 @@ def test_two_processes_equal_one_and_fill_the_cache_together(tiny_openai_clip: T
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                "29519", str(script), str(tiny_openai_clip.hf_dir), str(tmp_path), str(tmp_path / "cache"),
                ",".join(map(str, videos)), json.dumps(CANDIDATES), json.dumps(REFERENCES)]
+    # the launched processes import this checkout's capeval, as the test does (the same model fingerprint)
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
     assert completed.returncode == 0, completed.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     encoded = [rank.pop("encoded") for rank in ranks]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List
 
@@ -19,11 +20,12 @@ from safetensors.torch import save_file
 
 from capeval.cache import DiskCache
 from capeval.inputs import InputError, validate_image
-from capeval.models.regions import extraction
-from capeval.models.regions.configuration import ExtractionSettings
+from capeval.models.regions import extraction, preprocessing
+from capeval.models.regions.configuration import ExtractionSettings, X152FpnConfig
 from capeval.models.regions.detectors import DETECTORS
-from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file
+from capeval.models.regions.extraction import DetectionRows, RegionExtractor, extract_to_file, next_chunk_size
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+from capeval.models.regions.preprocessing import network_size
 from capeval.models.regions.proposals import propose_boxes
 from fixtures.paths import REPO_ROOT
 from fixtures.regions_checkpoints import small_input_bottom_up_detector
@@ -91,9 +93,92 @@ def test_caches_written_before_the_engine_are_served_until_the_version_changes(
 
 def test_an_image_decoding_to_another_size_than_its_header_is_named(
         detector: BottomUpDetector, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(extraction, "header_size", lambda item: (20, 20) if item.index == 1 else (32, 40))
+    monkeypatch.setattr(preprocessing, "header_size", lambda item: (20, 20) if item.index == 1 else (32, 40))
     with pytest.raises(InputError, match=r"images\[1\] .* decodes to another size than its header states"):
         RegionExtractor(detector, SETTINGS)(_images([(32, 40), (32, 40)]))
+
+
+def test_shapes_the_detector_cannot_take_are_named_before_any_detection(
+        detector: BottomUpDetector, monkeypatch: pytest.MonkeyPatch) -> None:
+    # shorter side to 64, longer at most 100: 1 x 199 resizes to 1 x 100, 1 x 200 to 0 x 100 (half rounds to even)
+    extractor = RegionExtractor(detector, SETTINGS)
+    for shapes, index, size, resized in ((((32, 40), (1, 199), (1, 200)), 2, "200x1", "100x0"),
+                                         (((250, 1), (32, 40)), 0, "1x250", "0x100")):
+        with pytest.raises(InputError, match=rf"images\[{index}\] \(PIL RGB {size}\) is {size} pixels: resized for the "
+                                             r"detector \(shorter side to 64, longer side at most 100\) it would be "
+                                             rf"{resized}; the detector takes images whose longer side is less than "
+                                             "200 times the shorter"):
+            extractor(_images(list(shapes)))
+    assert extractor.detected == 0
+    assert len(extractor([_images([(1, 199)])[0]])[0].boxes) >= 1
+    lxmert = replace(SETTINGS, preprocessing="lxmert")  # rounds half up: 1 x 200 is 1 x 100, 1 x 201 is 0 x 100
+    assert network_size(validate_image(_images([(1, 200)])[0], 0), detector.config, "lxmert") == (1, 100)
+    with pytest.raises(InputError, match=r"images\[0\] .* it would be 100x0"):
+        RegionExtractor(detector, lxmert)(_images([(1, 201)]))
+    fpn = X152FpnConfig()  # the FPN detector's 800 / 1333: 1 x 2665 is 1 x 1333, 1 x 2666 is refused
+    assert network_size(validate_image(Image.new("RGB", (2665, 1)), 0), fpn, "caffe") == (1, 1333)
+    with pytest.raises(InputError, match="longer side at most 1333.* less than 2666 times the shorter"):
+        network_size(validate_image(Image.new("RGB", (2666, 1)), 0), fpn, "caffe")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # absurdly large images are refused when validated
+    with pytest.raises(InputError, match=r"images\[1\]: 40x32 exceeds PIL.Image.MAX_IMAGE_PIXELS"):
+        extractor(_images([(1, 100), (32, 40)]))
+
+
+class FakeClock:
+    """A clock that advances ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_progress_is_saved_by_time_as_well_as_by_count(detector: BottomUpDetector, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "images"
+    folder.mkdir()
+    paths = {}
+    for index, image in enumerate(_images([(32, 40)] * 7, seed=3)):
+        paths[f"i{index}"] = folder / f"i{index}.png"
+        image.save(paths[f"i{index}"])
+    extractor = RegionExtractor(detector, SETTINGS, batch_size=2)
+    chunks: List[int] = []
+    interrupt_at = [4]
+    detections = extractor.detections
+
+    def interrupted(items):
+        chunks.append(len(items))
+        if len(chunks) == interrupt_at[0]:
+            raise KeyboardInterrupt
+        return detections(items)
+
+    monkeypatch.setattr(extractor, "detections", interrupted)
+    out = tmp_path / "regions.npz"
+    # a chunk reads the clock before and after: 100 s. The first chunk (one batch) is 2 images at 50 s each, so the
+    # next hold the 1 image that 60 s allow; the fourth chunk is interrupted, the three before it are saved
+    with pytest.raises(KeyboardInterrupt):
+        extract_to_file(extractor, paths, out, chunk_size=64, save_seconds=60, clock=FakeClock(100))
+    assert chunks == [2, 1, 1, 1]
+    assert sorted(part.stem for part in Path(f"{out}.parts").glob("*.npy")) == ["i0", "i1", "i2", "i3"]
+    chunks.clear()
+    interrupt_at[0] = 0
+    # a fast detector: after the first batch, the rest in one chunk (64 at most)
+    assert extract_to_file(extractor, paths, out, chunk_size=64, save_seconds=60, clock=FakeClock(0.0)) == 3
+    assert chunks == [2, 1]
+    uninterrupted = tmp_path / "uninterrupted.npz"
+    assert extract_to_file(RegionExtractor(detector, SETTINGS, batch_size=2), paths, uninterrupted) == 7
+    resumed, whole = _stored(out), _stored(uninterrupted)
+    assert sorted(resumed) == sorted(whole) == sorted(paths)
+    for key in whole:  # batched otherwise: equal up to float32 rounding
+        for field in FIELDS:
+            np.testing.assert_allclose(resumed[key][field], whole[key][field], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("seconds_per_image", "expected"), [(0.0, 64), (0.5, 64), (1.0, 60), (7.0, 8), (61.0, 1)])
+def test_next_chunk_size(seconds_per_image: float, expected: int) -> None:
+    assert next_chunk_size(seconds_per_image, 64, 60.0) == expected
 
 
 TWO_PROCESS_SCRIPT = """

@@ -192,3 +192,17 @@ def test_benchmark_metric_reads_regions_by_image_name(tmp_path: Path, scorer: TI
     np.testing.assert_allclose(scores, [golden[CASES["items"].index(item)] for item in items], rtol=0, atol=1e-6)
     with pytest.raises(InputError, match=r"images\[0\]: no regions for image 'img9.jpg' in .*regions.npz"):
         metric(["img9.jpg"], ["a dog"], [["a dog"]])
+    # what the benchmark runner checks for every metric before the first one runs
+    images = [f"{item['image']}.jpg" for item in items]
+    candidates, references = [item["candidate"] for item in items], [item["references"] for item in items]
+    keys = [f"key{index}" for index in range(len(items))]
+    metric.check(images, candidates, references, keys)
+    with pytest.raises(InputError, match=r"item 'key1': no regions for image 'img9.jpg' in .*regions.npz"):
+        metric.check([images[0], "img9.jpg"], candidates[:2], references[:2], keys)
+    with pytest.raises(InputError, match=r"item 'key1': references\[1\] is empty"):
+        metric.check(images[:2], candidates[:2], [references[0], []], keys)
+    first = items[0]["image"]
+    np.savez(tmp_path / "short.npz", **{first: regions_of(first).features[:35]})
+    short = builtin_metrics(["tiger"], model=scorer.scan.folder, device="cpu", regions=tmp_path / "short.npz")["tiger"]
+    with pytest.raises(InputError, match=r"item 'key0': images\[0\].features has 35 regions; this model needs 36"):
+        short.check(images[:1], candidates[:1], references[:1], keys)

@@ -13,7 +13,10 @@ from capeval import RegionFeatures, TIGErScore
 from capeval.cli import main
 from capeval.commands.download import _chosen_models
 from capeval.fetch import converted_folder, read_provenance
+from capeval.hub import DamagedWeightsError, check_weights
 from capeval.inputs import InputError
+from capeval.models.scan.loading import load_scan_model
+from capeval.models.scan.loading import model_folder as scan_folder
 from capeval.originals import SOURCES, readme_table
 from capeval.transfers import sha256_of
 from fixtures.originals_server import Misbehaviour, OriginalsServer
@@ -67,6 +70,30 @@ def test_a_file_obtained_by_hand_is_checked_and_converted(online: OriginalsServe
         ("bpe_simple_vocab_16e6.txt.gz", f"{online.url}/bpe_simple_vocab_16e6.txt.gz",
          SOURCES[PACSPP].files[1].sha256)]
     assert online.requests_for(given.name) == [None]  # the refused attempt only
+
+
+def test_damaged_cached_weights_are_refused_then_built_again_by_download(online: OriginalsServer,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    assert main(["download", SCAN]) == 0
+    folder = converted_folder(SCAN)
+    weights = folder / "model.safetensors"
+    damaged = bytearray(weights.read_bytes())
+    damaged[-100] ^= 0xFF
+    weights.write_bytes(bytes(damaged))
+    with pytest.raises(DamagedWeightsError, match=f"{weights} has sha256 .* its bytes are damaged or were changed. Do "
+                                                  f"not use these weights: run `capeval download {SCAN}`, which "
+                                                  "builds the folder again from its original files"):
+        load_scan_model(scan_folder(SCAN))
+    capsys.readouterr()
+    online.requests.clear()
+    assert main(["download", SCAN]) == 0
+    printed = capsys.readouterr()
+    assert (f"capeval download: warning: model '{SCAN}': building its folder again from the original files, as the "
+            f"cached one is damaged: {weights} has sha256 ") in printed.err
+    assert f"{SCAN}: fetched, converted by capeval" in printed.out
+    assert online.requests_for("model_best.pth") == [None]
+    check_weights(folder)
+    load_scan_model(scan_folder(SCAN))
 
 
 def test_refused_arguments(online: OriginalsServer, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

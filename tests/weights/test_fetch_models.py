@@ -14,11 +14,12 @@ from safetensors import safe_open
 
 import capeval
 from capeval.fetch import PROVENANCE_NAME, converted_folder, read_provenance
-from capeval.hub import loaded_revision
+from capeval.hub import CHECKSUMS_NAME, loaded_revision
 from capeval.models.regions.detectors import load_detector
 from capeval.models.scan.loading import load_scan_model
 from capeval.models.scan.loading import model_folder as scan_folder
 from capeval.originals import SOURCES
+from capeval.transfers import sha256_of
 from capeval.version import __version__
 from fixtures.originals_server import OriginalsServer
 from fixtures.paths import REPO_ROOT
@@ -121,6 +122,9 @@ def test_fetched_by_name_converted_used_then_offline(model: str, online: Origina
     for name in written:
         if name.endswith(".safetensors"):
             assert same_safetensors(folder / name, direct / name)
+        elif name == CHECKSUMS_NAME:  # each folder's record of its own weights (their headers may differ in order)
+            assert {file: record["sha256"] for file, record in json.loads((folder / name).read_text())[
+                "files"].items()} == {"model.safetensors": sha256_of(folder / "model.safetensors")}
         elif name != PROVENANCE_NAME:
             assert (folder / name).read_bytes() == (direct / name).read_bytes(), name
     assert revision == f"original-{files[0].sha256[:12]}"  # what result signatures show

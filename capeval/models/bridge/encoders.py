@@ -107,7 +107,9 @@ class PseudoCaptionRows(RowProducer[Tuple[ImageItem, str]]):
     def encode(self, batches: List[List[Tuple[ImageItem, str]]]) -> Iterator[np.ndarray]:
         backbone, model, config = self.bridge.backbone, self.bridge.model, self.bridge.config
         for batch in batches:
-            pixels = torch.stack([backbone.image_transform.to_uint8(image.open()) for image, _ in batch])
+            pixels = torch.stack([backbone.image_transform.to_uint8(image.open(), f"images[{image.index}] "
+                                                                                  f"({image.label})")
+                                  for image, _ in batch])
             values = backbone.image_transform.normalize(pixels.to(backbone.device)).to(backbone.dtype)
             templates, owner = [], []
             for index, (_, caption) in enumerate(batch):

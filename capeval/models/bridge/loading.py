@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, folder_fingerprint, pinned_revision, resolve_model_folder
+from capeval.hub import ModelRef, check_weights, folder_fingerprint, pinned_revision, resolve_model_folder, save_weights
 from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
@@ -35,8 +35,8 @@ def save_bridge(model: BridgeModel, folder: Union[str, Path]) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     model.config.save(folder)
-    save_file({name: tensor.detach().float().cpu().contiguous() for name, tensor in model.state_dict().items()},
-              str(folder / WEIGHTS_NAME))
+    save_weights({name: tensor.detach().float().cpu().contiguous() for name, tensor in model.state_dict().items()},
+                 folder, WEIGHTS_NAME)
     return folder
 
 
@@ -59,6 +59,7 @@ def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceL
     clip_backbone = load_backbone(backbone if backbone is not None else config.backbone,
                                   config.backbone_revision if backbone is None else None, target, precision)
     bridge = BridgeModel(config, clip_backbone.model)
+    check_weights(folder, [WEIGHTS_NAME])
     state = load_file(str(folder / WEIGHTS_NAME))
     missing, unexpected = bridge.load_state_dict(state, strict=False)
     if missing or unexpected:

@@ -28,7 +28,7 @@ class DecodedImages(torch.utils.data.Dataset):
         self.transform = transform
 
     def __getitem__(self, item: ImageItem) -> torch.Tensor:
-        return self.transform.to_uint8(item.open())
+        return self.transform.to_uint8(item.open(), f"images[{item.index}] ({item.label})")
 
     def __getitems__(self, items: List[ImageItem]) -> Union[np.ndarray, InputError]:
         try:

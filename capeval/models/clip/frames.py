@@ -62,7 +62,8 @@ class DecodedFrames(torch.utils.data.IterableDataset):
     def _groups(self, position: int) -> Iterator[FrameGroup]:
         group: List[np.ndarray] = []
         notes: List[Tuple[type, str]] = []
-        frames = self.videos[position].frames(self.num_frames, threads=self.threads)
+        video = self.videos[position]
+        frames = video.frames(self.num_frames, threads=self.threads)
         try:
             while True:
                 with warnings.catch_warnings(record=True) as caught:  # only around the decoder: never across a yield
@@ -71,7 +72,8 @@ class DecodedFrames(torch.utils.data.IterableDataset):
                 notes.extend((w.category, str(w.message)) for w in caught)
                 if frame is None:
                     break
-                group.append(self.transform.to_uint8(frame).numpy())
+                name = f"a frame of videos[{video.index}] ({video.label})"
+                group.append(self.transform.to_uint8(frame, name).numpy())
                 if len(group) == self.group_size:
                     yield FrameGroup(position, np.stack(group), False)
                     group = []

@@ -17,13 +17,14 @@ from typing import Dict, Optional, Tuple
 import torch
 from transformers import AutoTokenizer, CLIPModel
 
-from capeval.hub import (ModelNotAvailableError, ModelRef, folder_fingerprint, loaded_revision, pinned_revision,
-                         resolve_model_folder, without_loading_bars)
+from capeval.hub import (ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint, loaded_revision,
+                         pinned_revision, resolve_model_folder, without_loading_bars)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
 
-_HUB_FILES = ["config.json", "preprocessor_config.json", "model.safetensors", "tokenizer_config.json",
+WEIGHTS_NAME = "model.safetensors"
+_HUB_FILES = ["config.json", "preprocessor_config.json", WEIGHTS_NAME, "tokenizer_config.json",
               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.json"]
 
 
@@ -104,6 +105,7 @@ def load_backbone(
     with _LOCK:
         if key not in _CACHE:
             folder = model_folder(name, revision)
+            check_weights(folder, [WEIGHTS_NAME])
             with without_loading_bars():
                 clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
             tokenizer = AutoTokenizer.from_pretrained(folder)

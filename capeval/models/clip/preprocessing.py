@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from capeval.inputs import InputError
+
 PREPROCESSING_VERSION = "1"
 """Bumped whenever preprocessing output changes; part of every on-disk cache key."""
 
@@ -52,9 +54,30 @@ class ImageTransform:
         left = int(round((width - self.size) / 2.0))
         return left, top, left + self.size, top + self.size
 
-    def to_uint8(self, image: Image.Image) -> torch.Tensor:
-        """Resize, crop and convert one PIL image; returns a ``uint8`` tensor of shape ``(3, size, size)``."""
+    def size_problem(self, width: int, height: int) -> Optional[str]:
+        """Why a ``width`` x ``height`` image cannot go through this transform, or ``None``: a side of 0 pixels, or a
+        shortest-side resize larger than ``PIL.Image.MAX_IMAGE_PIXELS`` (the limit capeval applies to every decoded
+        image; about 1,783 times as long as wide for a 224 transform), which the reference would allocate in full
+        before its centre crop (224 x 22,400,000 pixels, 15 GB, for a 1 x 100,000 image)."""
+        if width < 1 or height < 1:
+            return f"is {width}x{height} pixels: an image needs at least one pixel on each side"
+        limit = Image.MAX_IMAGE_PIXELS
+        resized_width, resized_height = self.resized_shape(width, height)
+        if limit is None or resized_width * resized_height <= limit:
+            return None
+        return (f"is {width}x{height} pixels: CLIP's transform resizes its shorter side to {self.size} pixels, which "
+                f"makes it {resized_width:,}x{resized_height:,} ({resized_width * resized_height:,} pixels) before "
+                f"the centre crop, more than PIL.Image.MAX_IMAGE_PIXELS ({limit:,}); the longer side may be at most "
+                f"about {limit / self.size ** 2:,.0f} times the shorter")
+
+    def to_uint8(self, image: Image.Image, name: str) -> torch.Tensor:
+        """Resize, crop and convert one PIL image; returns a ``uint8`` tensor of shape ``(3, size, size)``. An image
+        of a shape the transform cannot take (:meth:`size_problem`) raises :class:`InputError` naming it as
+        ``name`` (``images[3] (path)``)."""
         width, height = image.size
+        problem = self.size_problem(width, height)
+        if problem is not None:
+            raise InputError(f"{name} {problem}")
         resized = image.resize(self.resized_shape(width, height), Image.BICUBIC)
         cropped = resized.crop(self.crop_box(*resized.size)).convert("RGB")
         array = np.asarray(cropped, dtype=np.uint8)

@@ -132,6 +132,11 @@ class X152FpnConfig(ResNetConfig):
             raise ValueError("the pooled levels must be the first RPN levels (P2-P5 of P2-P6)")
 
 
+SAVE_SECONDS = 60.0
+"""The time, in seconds, after which :func:`capeval.models.regions.extraction.extract_to_file` (``capeval regions``)
+saves its progress at the latest (about: chunks are sized by the pace of the previous one, and one image is never
+split), besides every ``chunk_size`` images."""
+
 PREPROCESSING_MODES = ("caffe", "lxmert")
 SELECTION_MODES = ("bottom-up", "lxmert", "vilbert")
 

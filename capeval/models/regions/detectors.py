@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
+from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
 from capeval.registry import MetricFamily, default_model
@@ -110,6 +110,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
     if expected is not None and spec.name != expected.name:
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
     detector = spec.model_class()(spec.config_class.from_dict(values, complete=True))
+    check_weights(folder, [WEIGHTS_NAME])
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.name = str(model)
     detector.fingerprint = folder_fingerprint(folder)

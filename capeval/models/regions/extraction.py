@@ -21,24 +21,25 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from tqdm.auto import tqdm
 
 from capeval.engine import Batch, EmbeddingEngine, RowProducer
 from capeval.inputs import ImageInput, ImageItem, InputError, validate_image
-from capeval.models.regions.configuration import ExtractionSettings
+from capeval.models.regions.configuration import SAVE_SECONDS, ExtractionSettings
 from capeval.models.regions.features import RegionFeatures
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector
 from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
-from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, header_size, preprocess, resized_size
+from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, network_size, preprocess
 
 EXTRACTION_VERSION = "2"
 """Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
@@ -87,11 +88,13 @@ class DetectionRows(RowProducer[ImageItem]):
 
     def plan(self, items: Mapping[str, ImageItem]) -> List[Batch]:
         """Images in order, grouped by their resized (height, width) read from the headers: a group is a batch once
-        it holds ``batch_size`` images, and the groups left at the end are batches. Payload: (item, resized size)."""
+        it holds ``batch_size`` images, and the groups left at the end are batches. Payload: (item, resized size).
+        An image of a shape the detector cannot take is refused here, before any image is detected
+        (:func:`~capeval.models.regions.preprocessing.network_size`)."""
         pending: Dict[Tuple[int, int], Batch] = {}
         batches: List[Batch] = []
         for key, item in items.items():
-            size = resized_size(*header_size(item), self.detector.config, self.settings.preprocessing)
+            size = network_size(item, self.detector.config, self.settings.preprocessing)
             group = pending.setdefault(size, [])
             group.append((key, (item, size)))
             if len(group) == self.batch_size:
@@ -199,15 +202,28 @@ def _stored_ids(path: Path) -> set:
         raise InputError(f"{path} exists but is not a readable .npz file; move it away or choose another --out") from None
 
 
+def next_chunk_size(seconds_per_image: float, chunk_size: int, save_seconds: float) -> int:
+    """Images in the next chunk of :func:`extract_to_file`: as many as the last chunk's pace detects in
+    ``save_seconds``, at least 1 and at most ``chunk_size``."""
+    if seconds_per_image <= 0:
+        return chunk_size
+    return max(1, min(chunk_size, int(save_seconds / seconds_per_image)))
+
+
 def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Union[str, Path],
-                    *, chunk_size: int = 64) -> int:
+                    *, chunk_size: int = 64, save_seconds: float = SAVE_SECONDS,
+                    clock: Callable[[], float] = time.monotonic) -> int:
     """Write the regions of ``images`` (``{image id: path}``) to ``out``; returns how many images were detected.
 
-    Resumable: ids already in ``out`` are skipped, and each finished image is first saved as
-    ``<out>.parts/<id>.npy`` (atomic rename), so an interrupted run loses at most the chunk in flight. At the end
-    the parts and the previous file are packed into a new ``out`` that replaces the old one atomically. Under
-    ``accelerate launch`` (``out`` on a file system every process sees) the processes share the detection work and
-    the main process writes; the count returned is that of all processes.
+    Resumable: ids already in ``out`` are skipped, and the images are detected in chunks, each finished chunk saved
+    as ``<out>.parts/<id>.npy`` files (atomic renames), so an interrupted run loses at most the chunk in flight. A
+    chunk holds ``chunk_size`` images, or fewer when the detector is slow: the first holds one batch, and each next
+    one as many images as the previous chunk's pace (on ``clock``) detects in ``save_seconds`` (at least one image),
+    so progress is saved every ``chunk_size`` images or about every ``save_seconds``, whichever comes first (a
+    single image slower than that is saved when it is done). At the end the parts and the previous file are packed
+    into a new ``out`` that replaces the old one atomically. Under ``accelerate launch`` (``out`` on a file system
+    every process sees) the processes share the detection work, take the main process's chunk sizes, and the main
+    process writes; the count returned is that of all processes.
     """
     out = Path(out)
     state = extractor.engine.state
@@ -220,8 +236,10 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
     source = extractor.source
     bar = tqdm(total=len(images), initial=len(images) - len(todo), unit="image", desc="regions",
                disable=not state.is_main_process)
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start:start + chunk_size]
+    start, size = 0, min(chunk_size, extractor.batch_size)
+    while start < len(todo):
+        chunk = todo[start:start + size]
+        began = clock()
         items = []
         for image_id, path in chunk:
             item = validate_image(path, start + len(items))
@@ -234,6 +252,8 @@ def extract_to_file(extractor: RegionExtractor, images: Dict[str, Path], out: Un
                     np.lib.format.write_array(handle, _record(detection, item.key, source), allow_pickle=False)
                 os.replace(temporary, parts / f"{image_id}.npy")
         bar.update(len(chunk))
+        start += len(chunk)
+        size = broadcast_object_list([next_chunk_size((clock() - began) / len(chunk), chunk_size, save_seconds)])[0]
     bar.close()
     if state.is_main_process:
         _pack(out, parts)

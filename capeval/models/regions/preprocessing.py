@@ -140,6 +140,25 @@ def resized_size(height: int, width: int, config: ResNetConfig, mode: str) -> Tu
     return lxmert_size(height, width, config)
 
 
+def network_size(item: ImageItem, config: ResNetConfig, mode: str) -> Tuple[int, int]:
+    """(height, width) of ``item`` resized for the network in ``mode`` (:func:`resized_size`, from its header), or
+    :class:`InputError` naming the item when a side is or would become 0 pixels: both resizes cap the longer side at
+    ``max_size_test`` and round the shorter one, which reaches 0 from an aspect ratio of ``2 * max_size_test`` to 1
+    (the Caffe resize rounds half to even: a 1 x 2000 image for the bottom-up detector, 1 x 2666 for the FPN one). The
+    reference pipelines crash there (``cv2.resize`` asserts a non-empty output size), and the detector's first
+    convolution fails on an empty input. Large images are bounded before: :func:`capeval.inputs.validate_image`
+    refuses images over ``PIL.Image.MAX_IMAGE_PIXELS``, and the resize caps the network input at
+    ``max_size_test`` on its longer side."""
+    height, width = header_size(item)
+    resized = resized_size(height, width, config, mode) if height > 0 and width > 0 else (0, 0)
+    if min(resized) > 0:
+        return resized
+    raise InputError(f"images[{item.index}] ({item.label}) is {width}x{height} pixels: resized for the detector "
+                     f"(shorter side to {config.min_size_test}, longer side at most {config.max_size_test}) it would "
+                     f"be {resized[1]}x{resized[0]}; the detector takes images whose longer side is less than "
+                     f"{2 * config.max_size_test} times the shorter")
+
+
 def pad_to_multiple(pixels: torch.Tensor, divisor: int) -> torch.Tensor:
     """(C, H, W) zero-padded at the bottom and right to sides that are multiples of ``divisor`` (0: unchanged), as
     maskrcnn-benchmark's ``to_image_list(size_divisible=divisor)`` does for one image."""

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
+from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
@@ -51,6 +51,7 @@ def load_scan_model(folder: Union[str, Path], device: Union[str, torch.device] =
     folder = Path(folder)
     config = ScanConfig.load(folder)
     model = ScanModel(config)
+    check_weights(folder, [WEIGHTS_NAME])
     state = load_file(str(folder / WEIGHTS_NAME))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
+from capeval.hub import (ModelRef, check_weights, folder_fingerprint, loaded_revision, pinned_revision,
+                         resolve_model_folder)
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
@@ -48,6 +49,7 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
     if missing:
         raise FileNotFoundError(f"{folder} is not a converted ViLBERT folder: missing {missing} (see {CONVERTER})")
     model = VilbertModel(VilbertConfig.load(folder))
+    check_weights(folder, [WEIGHTS_FILE])
     model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)), strict=True)
     return LoadedVilbert(model.to(device=device, dtype=dtype).eval(), VilbertTokenizer(folder / VOCAB_FILE),
                          name if name is not None else str(folder), revision, folder)
