@@ -36,8 +36,8 @@ from typing import Any, Dict, Mapping, Tuple
 
 import torch
 import yaml
-from safetensors.torch import save_file
 
+from capeval.hub import save_weights
 from capeval.configuration import CONFIG_NAME
 from capeval.models.polos.configuration import (CLIP_FOLDER, ENCODER_FOLDER, POOLINGS, WEIGHTS_NAME,
                                                 PolosConfig)
@@ -193,8 +193,8 @@ def write_encoder(weights: Mapping[str, torch.Tensor], encoder_config: Path, voc
         raise CheckpointError(f"encoder weights do not match {str(encoder_config)!r}: missing "
                               f"{sorted(set(shapes) - set(weights))[:10]}, unexpected "
                               f"{sorted(set(weights) - set(shapes))[:10]}, wrong shapes {wrong[:10]}")
-    save_file({name: tensor.float().contiguous() for name, tensor in weights.items()}, str(folder / WEIGHTS_NAME),
-              metadata={"format": "pt"})
+    save_weights({name: tensor.float().contiguous() for name, tensor in weights.items()}, folder, WEIGHTS_NAME,
+                 metadata={"format": "pt"})
     shutil.copyfile(vocab, folder / "vocab.json")
     shutil.copyfile(merges, folder / "merges.txt")
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}) + "\n",
@@ -218,7 +218,7 @@ def convert(checkpoint: Path, encoder_config: Path, vocab: Path, merges: Path, o
         encoder, clip, head = split_state_dict(read_state_dict(ckpt))
     write_encoder(encoder, encoder_config, vocab, merges, out / ENCODER_FOLDER)
     convert_original_state_dict(clip, out / CLIP_FOLDER, arch="openai", bpe_path=bpe_path)
-    save_file({name: tensor.float().contiguous() for name, tensor in head.items()}, str(out / WEIGHTS_NAME),
-              metadata={"format": "pt"})
+    save_weights({name: tensor.float().contiguous() for name, tensor in head.items()}, out, WEIGHTS_NAME,
+                 metadata={"format": "pt"})
     config.save(out)
     return out

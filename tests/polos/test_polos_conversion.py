@@ -115,3 +115,24 @@ def test_a_checkpoint_without_the_wheels_keys_is_refused(polos_original: PolosOr
     encoder = polos_original.encoder_dir
     with pytest.raises(CheckpointError, match="unexpected keys \\['extra.weight'\\]"):
         convert(run, encoder / "config.json", encoder / "vocab.json", encoder / "merges.txt", tmp_path / "out")
+
+
+@pytest.mark.parametrize("part", [".", "encoder", "clip"])
+def test_each_weights_file_records_its_checksum_and_damage_is_refused(polos_dir: Path, part: str, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from capeval.hub import CHECKSUMS_NAME, DamagedWeightsError
+    from capeval.models.clip import loading as clip_loading
+    from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER
+    from capeval.models.polos.loading import load_polos_folder
+
+    assert {ENCODER_FOLDER, CLIP_FOLDER} == {"encoder", "clip"}
+    folder = tmp_path / "model"
+    shutil.copytree(polos_dir, folder)
+    weights = folder / part / "model.safetensors"
+    assert (folder / part / CHECKSUMS_NAME).is_file()
+    data = bytearray(weights.read_bytes())
+    data[-100] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(clip_loading, "_CACHE", {})  # the CLIP tower is read from this folder, not reused
+    with pytest.raises(DamagedWeightsError, match=f"{weights} has sha256 "):
+        load_polos_folder(folder, torch.device("cpu"), "fp32")

@@ -21,8 +21,8 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from capeval.configuration import CONFIG_NAME
 from capeval.functional.polos import Layer
-from capeval.hub import (ModelRef, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder,
-                         without_loading_bars)
+from capeval.hub import (ModelRef, check_weights, folder_fingerprint, loaded_revision, pinned_revision,
+                         resolve_model_folder, without_loading_bars)
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
 from capeval.models.polos.modeling import PolosSentenceEncoder
@@ -77,6 +77,8 @@ def load_polos_folder(folder: Path, device: torch.device, precision: str, name: 
     if missing:
         raise FileNotFoundError(f"{folder} is not a converted Polos folder: missing {missing} (see {CONVERTER})")
     config = PolosConfig.load(folder)
+    check_weights(folder, [WEIGHTS_NAME])
+    check_weights(folder / ENCODER_FOLDER, [WEIGHTS_NAME])
     with without_loading_bars():
         encoder = AutoModel.from_pretrained(folder / ENCODER_FOLDER, use_safetensors=True)
     tokenizer = AutoTokenizer.from_pretrained(folder / ENCODER_FOLDER)
