@@ -140,3 +140,25 @@ def test_validation_errors_keep_item_order_across_threads(files, tiny_openai_cli
     captions[1] = " "
     with pytest.raises(InputError, match=r"candidates\[1\] is empty"):
         scorer.score(images, captions)
+
+
+def test_starting_the_workers_passes_on_no_fork_with_threads_warning(files, tiny_openai_clip, monkeypatch) -> None:
+    """Python 3.12+'s ``os.fork`` warns whenever the process has other threads (a scoring process always has); the
+    warning is simulated here, so that the check runs on every Python."""
+    import os
+    import warnings
+
+    fork = os.fork
+
+    def warning_fork() -> int:
+        warnings.warn(f"This process (pid={os.getpid()}) is multi-threaded, use of fork() may lead to deadlocks in "
+                      "the child.", DeprecationWarning, stacklevel=2)
+        return fork()
+
+    monkeypatch.setattr(os, "fork", warning_fork)
+    scorer = CLIPScore(model=tiny_openai_clip.hf_dir, num_workers=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = scorer.score(files[:4], CAPTIONS[:4])
+    assert len(result["clip_scores"]) == 4
+    assert [str(warning.message) for warning in caught if "fork" in str(warning.message)] == []

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import warnings
 from multiprocessing.context import BaseContext
-from typing import Iterator, List, Union
+from typing import Any, Iterator, List, Union
 
 import numpy as np
 import torch
@@ -60,3 +61,17 @@ def worker_context() -> BaseContext:
     if sys.platform.startswith("linux"):
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context()
+
+
+_FORK_WITH_THREADS = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
+
+
+def started_workers(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
+    """``iter(loader)``: the loader's worker processes started, without the ``DeprecationWarning`` that ``os.fork``
+    gives from Python 3.12 on whenever the process has other threads, as a scoring process always has (validation
+    threads, torch's and the tokenizer's pools). PyTorch's DataLoader forks the same way on Linux; the workers run
+    only its worker loop and the decoding of media with PIL or PyAV and NumPy, and neither the tokenizer's nor
+    torch's pools are used in them (torch re-initialises its pool after a fork)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_FORK_WITH_THREADS, category=DeprecationWarning)
+        return iter(loader)

@@ -24,7 +24,7 @@ import torch
 
 from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
 from capeval.inputs import ImageItem, InputError
-from capeval.models.clip.decoding import DecodedImages, Groups, as_is, worker_context
+from capeval.models.clip.decoding import DecodedImages, Groups, as_is, started_workers, worker_context
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.modeling import forward_version
 from capeval.models.clip.preprocessing import PREPROCESSING_VERSION, pad_token_ids
@@ -83,7 +83,7 @@ class ImageRows(RowProducer[ImageItem]):
         loader = self._open_loader()
         loader.batch_sampler.groups = [batch[start:start + DECODE_GROUP] for batch in batches
                                        for start in range(0, len(batch), DECODE_GROUP)]
-        return self._encoded(iter(loader), [len(batch) for batch in batches])
+        return self._encoded(started_workers(loader), [len(batch) for batch in batches])
 
     def close(self) -> None:
         """Shut the decoding workers down (a later request starts new ones)."""

@@ -21,7 +21,7 @@ import torch
 
 from capeval.engine import Batch, RowProducer
 from capeval.inputs import InputError
-from capeval.models.clip.decoding import as_is, worker_context
+from capeval.models.clip.decoding import as_is, started_workers, worker_context
 from capeval.models.clip.encoders import backbone_cache_key, default_num_workers
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.preprocessing import ImageTransform
@@ -123,7 +123,7 @@ class VideoFrameRows(RowProducer[VideoItem]):
             dataset, batch_size=None, num_workers=workers, collate_fn=as_is,
             prefetch_factor=PREFETCH_GROUPS if workers > 0 else None,
             multiprocessing_context=worker_context() if workers > 0 else None)
-        self._loader_iterator = iter(loader)
+        self._loader_iterator = started_workers(loader)
         return self._encoded(self._loader_iterator, len(videos))
 
     def abandon(self) -> None:
