@@ -50,7 +50,8 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb, vit_image_macs
+from _flops import vit_image_macs
+from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb
 from _models import random_vit_b32_folder
 from _paths import FLICKR8K_DIR, REPO_ROOT
 from _throughput.context import ChildContext, PeerResult
