@@ -3,6 +3,8 @@ of Flickr8k-Expert (the release rates each pair three times) on the first images
 references. On all 1,000 images: 5,664 items."""
 from __future__ import annotations
 
+import argparse
+import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -30,3 +32,20 @@ def texts_per_image(items: Sequence, names: Sequence[str]) -> int:
     """The (image, text) pairs a scorer that encodes each distinct text of an image once encodes."""
     return sum(len({text for item in items if item.image == name for text in (item.candidate, *item.references)})
                for name in names)
+
+
+def expert_parser(description: str, work_dir: str, forward_help: str) -> argparse.ArgumentParser:
+    """The command line every Expert-shape script shares: ``--images``, ``--device``, ``--threads``, ``--data-dir``
+    (also ``--data``), ``--work-dir`` (default ``work_dir`` in the system's temporary folder), ``--forward`` and
+    ``--json-out``; a script adds its own options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--images", type=int, default=FULL_IMAGES, help="Expert images to use (default: all)")
+    parser.add_argument("--device", default="cpu", help="device of the model (cpu, cuda, ...)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--data-dir", "--data", dest="data_dir", type=Path, default=FLICKR8K_DIR,
+                        help="folder with ExpertAnnotations.txt, Flickr8k.token.txt (and images_224/ for BRIDGE)")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / work_dir,
+                        help="where the random models are built and kept")
+    parser.add_argument("--forward", action="store_true", help=forward_help)
+    parser.add_argument("--json-out", type=Path)
+    return parser

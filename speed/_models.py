@@ -112,8 +112,8 @@ def random_vilbert_folder(folder: Path, captions: Sequence[str]) -> Path:
     config = VilbertConfig()
     _save_weights(VilbertModel(config), folder / "model.safetensors")
     config.save(folder)
-    vocab = caption_vocabulary(captions, [VILBERT_SPECIAL_TOKENS.get(index, f"[unused{index}]") for index in range(104)],
-                               VILBERT_VOCAB_SIZE)
+    specials = [VILBERT_SPECIAL_TOKENS.get(index, f"[unused{index}]") for index in range(104)]
+    vocab = caption_vocabulary(captions, specials, VILBERT_VOCAB_SIZE)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     return folder
 

@@ -21,15 +21,12 @@ captions), best of 3, with its model FLOPs (``_flops.py``).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from _expert import FULL_IMAGES, expert_items
-from _paths import FLICKR8K_DIR
+from _expert import expert_items, expert_parser
 
 FORWARD_IMAGES = 16
 
@@ -89,15 +86,9 @@ def pseudo_caption_forward(scorer: Any, paths: List[str], references: List[Seque
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--images", type=int, default=FULL_IMAGES, help="Expert images to use (default: all)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    parser.add_argument("--data-dir", type=Path, default=FLICKR8K_DIR)
+    parser = expert_parser(" ".join(__doc__.split("\n\n")[0].split()), "capeval-bench",
+                           "also time the pseudo-caption forward alone")
     parser.add_argument("--nltk-data", type=Path, help="NLTK data root holding taggers/averaged_perceptron_tagger_eng")
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench")
-    parser.add_argument("--forward", action="store_true", help="also time the pseudo-caption forward alone")
-    parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
 
     import numpy as np

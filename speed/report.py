@@ -28,7 +28,7 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR
 

@@ -1,6 +1,6 @@
 """TIGEr throughput from precomputed region features on the Flickr8k-Expert shape, and its forwards' FLOP rates.
 
-    python speed/tiger_speed.py [--data DIR] [--images N] [--nltk-data ROOT] [--threads T] [--device cpu|cuda]
+    python speed/tiger_speed.py [--data-dir DIR] [--images N] [--nltk-data ROOT] [--threads T] [--device cpu|cuda]
                                 [--forward] [--json-out FILE]
 
 Model: a full-size SCAN (vocabulary 11,353 x 300, bidirectional GRU 300 -> 1024, ``Linear(2048 -> 1024)``) with
@@ -19,30 +19,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from _expert import FULL_IMAGES, expert_items
-from _paths import FLICKR8K_DIR
+from _expert import expert_items, expert_parser
 
 REGIONS = 36
 
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=FLICKR8K_DIR,
-                        help="folder with ExpertAnnotations.txt, Flickr8k.token.txt")
-    parser.add_argument("--images", type=int, default=FULL_IMAGES, help="Expert images to use (default: all)")
+    parser = expert_parser(__doc__.split("\n\n")[0], "capeval-benchmarks",
+                           "also time each forward alone on a ready batch")
     parser.add_argument("--nltk-data", type=Path, help="NLTK data root holding tokenizers/punkt_tab/english "
                         "(default: NLTK's search path)")
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-benchmarks")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    parser.add_argument("--device", default="cpu", help="device of the model (cpu, cuda, ...)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
     parser.add_argument("--text-batch-size", type=int, default=256, help="captions per forward pass")
-    parser.add_argument("--forward", action="store_true", help="also time each forward alone on a ready batch")
-    parser.add_argument("--json-out", type=Path)
     return parser.parse_args(argv)
 
 
@@ -92,7 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import nltk
 
         nltk.data.path.insert(0, str(args.nltk_data))
-    items, names, _ = expert_items(args.data, args.images)
+    items, names, _ = expert_items(args.data_dir, args.images)
     rng = np.random.default_rng(SEED)
     regions = {name: RegionFeatures(features=rng.random((REGIONS, 2048), dtype=np.float32) * 2) for name in names}
     folder = random_scan_folder(args.work_dir)

@@ -17,14 +17,10 @@ reference's forwards (candidate + 5 references per item), seconds, CPU seconds, 
 """
 from __future__ import annotations
 
-import argparse
 import json
-import tempfile
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from _expert import FULL_IMAGES, expert_items, texts_per_image
-from _paths import FLICKR8K_DIR
+from _expert import expert_items, expert_parser, texts_per_image
 
 REGIONS = 100
 
@@ -70,15 +66,9 @@ def trunk_forward(scorer: Any, regions: List[Any], texts: List[str], batch_size:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=FULL_IMAGES, help="Expert images to use (default: all)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser = expert_parser(__doc__.split("\n")[0], "capeval-bench-vilbert",
+                           "also time the trunk alone on a ready batch")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--data-dir", type=Path, default=FLICKR8K_DIR)
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench-vilbert")
-    parser.add_argument("--forward", action="store_true", help="also time the trunk alone on a ready batch")
-    parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(argv)
 
     import torch

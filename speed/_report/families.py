@@ -159,7 +159,7 @@ def _rates(named: Dict[str, str]) -> Callable[[Dict[str, Any]], Dict[str, float]
 
 
 def tigerscore(settings: Settings) -> List[FamilyResult]:
-    extra = ["--data", str(settings.data_dir)]
+    extra = ["--data-dir", str(settings.data_dir)]
     if settings.nltk_data is not None:
         extra += ["--nltk-data", str(settings.nltk_data)]
     result = _expert_family(settings, "tigerscore", "TIGEr", "tiger_speed.py",

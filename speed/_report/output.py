@@ -67,7 +67,8 @@ def speed_verdicts(families: Sequence[FamilyResult]) -> List[str]:
                 continue
             cpu = ""
             if family.capeval.cpu_seconds and peer.cpu_seconds:
-                cpu = f" (per CPU second {peer.cpu_seconds / family.capeval.cpu_seconds * family.capeval.items / peer.items:.2f}x)"
+                per_cpu = (family.capeval.items / family.capeval.cpu_seconds) / (peer.items / peer.cpu_seconds)
+                cpu = f" (per CPU second {per_cpu:.2f}x)"
             lines.append(_verdict(ratio >= TARGET_RATIO, target, f"{ratio:.2f}x by wall time{cpu}; {peer.source}"))
     return lines
 
