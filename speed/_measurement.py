@@ -112,6 +112,11 @@ def matmul_flops_per_second(threads: int, size: int = 2048, repeats: int = 10) -
 
 def forward_rate(run: Callable[[], object], macs: int, repeats: int = 3) -> Dict[str, float]:
     """The best of ``repeats`` timed calls of ``run`` (a model forward on a ready batch) and the rate of its ``macs``
-    multiply-accumulates: ``{"seconds", "flops", "flops_per_second"}`` (two FLOPs a MAC)."""
+    multiply-accumulates, with the fp32 matmul rate measured right after it (on a shared machine the load moves
+    between a run's start and its forwards): ``{"seconds", "flops", "flops_per_second", "matmul_flops_per_second"}``
+    (two FLOPs a MAC)."""
+    import torch
+
     seconds = min(timed(run)[0] for _ in range(repeats))
-    return {"seconds": seconds, "flops": 2.0 * macs, "flops_per_second": 2.0 * macs / seconds}
+    return {"seconds": seconds, "flops": 2.0 * macs, "flops_per_second": 2.0 * macs / seconds,
+            "matmul_flops_per_second": matmul_flops_per_second(torch.get_num_threads(), repeats=5)}

@@ -20,7 +20,8 @@ capeval's peers, each in a fresh process (model loaded and a warm-up call made b
 * ``long-<m>min``: the long video with its six candidates and references;
 * ``host``: the ``files`` workload with the image forward replaced by a stub (decoding, transforms, transfers, texts
   and scoring remain);
-* ``forward``: the image forward alone on a ready batch of 64 frames of the clip (best of 3).
+* ``forward``: the image forward alone on a ready batch of 64 frames of the clip (best of 3), and the fp32 matmul rate
+  measured right after it.
 
 Peak memory is the process's ``VmHWM``; where the process decodes video files (``files``, ``long``, ``host``) it is
 the larger of that and the peak, sampled every second, of the PSS summed over the process and its decoding workers.
@@ -46,7 +47,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from _measurement import TreeMemorySampler, peak_rss_mb, timed
+from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb, timed
 from _models import random_vit_b32_folder
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR, REPO_ROOT
 from _video_workload import build
@@ -175,7 +176,8 @@ def _forward_only(scorer: Any, clip: str) -> Dict[str, Any]:
     frames = iter_video_frames(clip)
     batch = torch.stack([backbone.image_transform.to_uint8(next(frames)) for _ in range(FORWARD_BATCH)])
     seconds, cpu_seconds, _ = min(timed(lambda: float(backbone.encode_images(batch)[0, 0])) for _ in range(3))
-    return {"items": 0, "videos": 0, "frames": FORWARD_BATCH, "seconds": seconds, "cpu_seconds": cpu_seconds}
+    return {"items": 0, "videos": 0, "frames": FORWARD_BATCH, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "matmul_flops": matmul_flops_per_second(torch.get_num_threads(), repeats=5)}
 
 
 def child_main(peer: str, arguments: argparse.Namespace) -> None:

@@ -50,8 +50,11 @@ class FamilyResult:
     peers: List[Row] = field(default_factory=list)
     memory: Optional[Tuple[str, float, str, float]] = None
     """(smaller run, its peak MB, larger run, its peak MB) for the memory-flat check."""
-    forwards: Dict[str, float] = field(default_factory=dict)
-    """Forward name -> model FLOPs per second of that forward alone on a ready batch."""
+    memory_in: str = "items"
+    """What the memory check grows: items, or for EMScore video length."""
+    forwards: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    """Forward name -> (model FLOPs per second of that forward alone on a ready batch, the fp32 matmul rate measured
+    right after it in the same process)."""
     notes: List[str] = field(default_factory=list)
 
 
@@ -116,7 +119,8 @@ def clip_s(settings: Settings) -> List[FamilyResult]:
                    max(result["peak_rss_mb"], result["peak_tree_pss_mb"]), cpu_seconds=result["cpu_seconds"])
 
     macs = vit_image_macs(random_vit_b32_folder(settings.work_dir))
-    forward = results["capeval-images"]["extra"]["forward_images_per_second"] * 2 * macs
+    extra = results["capeval-images"]["extra"]
+    forward = (extra["forward_images_per_second"] * 2 * macs, extra["matmul_flops"])
     return [FamilyResult(
         "CLIP-S / PAC-S", row("capeval", "capeval CLIP-S"),
         [row("torchmetrics", "torchmetrics CLIPScore"), row("reference-batched", "clipscore.py loop")],
@@ -139,7 +143,8 @@ def _original_row(settings: Settings, family: str, images: int, items: int) -> L
 
 
 def _expert_family(settings: Settings, family: str, label: str, script: str, sizes: Tuple[int, int],
-                   extra: List[str], forwards: Callable[[Dict[str, Any]], Dict[str, float]]) -> FamilyResult:
+                   extra: List[str], forwards: Callable[[Dict[str, Any]], Dict[str, Tuple[float, float]]]
+                   ) -> FamilyResult:
     """A family timed by a script of the ``_expert.py`` shape: the benchmark size with ``--forward``, the smaller
     size for the memory check, and the original's figure from the file."""
     size, small = sizes
@@ -153,9 +158,10 @@ def _expert_family(settings: Settings, family: str, label: str, script: str, siz
                          run["peak_rss_mb"]), forwards(run["forward"]))
 
 
-def _rates(named: Dict[str, str]) -> Callable[[Dict[str, Any]], Dict[str, float]]:
-    """Forward rates picked from a script's ``forward`` JSON: label -> key."""
-    return lambda forward: {label: forward[key]["flops_per_second"] for label, key in named.items()}
+def _rates(named: Dict[str, str]) -> Callable[[Dict[str, Any]], Dict[str, Tuple[float, float]]]:
+    """Forward rates and adjacent matmul rates picked from a script's ``forward`` JSON: label -> key."""
+    return lambda forward: {label: (forward[key]["flops_per_second"], forward[key]["matmul_flops_per_second"])
+                            for label, key in named.items()}
 
 
 def tigerscore(settings: Settings) -> List[FamilyResult]:
@@ -212,7 +218,7 @@ def emscore(settings: Settings) -> List[FamilyResult]:
 
     def row(peer: str, tool: str, result: Dict[str, Any], source: str = MEASURED, comparable: bool = True) -> Row:
         cpu = result["cpu_seconds"] + result.get("worker_cpu_seconds", result.get("children_cpu_seconds", 0.0))
-        return Row(tool, f"VATEX-EVAL shape, {peer} ({result['videos']:,} videos)", result["items"],
+        return Row(tool, f"VATEX-EVAL shape, {peer}, videos: {result['videos']:,}", result["items"],
                    result["seconds"], max(result["peak_rss_mb"], result.get("peak_tree_pss_mb", 0.0)), source, cpu,
                    comparable)
 
@@ -228,11 +234,13 @@ def emscore(settings: Settings) -> List[FamilyResult]:
         same = theirs["features-pt"]["items"] == run["features-pt"]["items"]
         features.peers.append(row("features-pt", "original EMScorer", theirs["features-pt"], source, same))
     short, long = (run[name] for name in longs.split(","))
+    result.memory_in = "video length"
     result.memory = (f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
                      f"{long['frames']:,}-frame video", max(long["peak_rss_mb"], long["peak_tree_pss_mb"]))
     forward = run["forward"]
     macs = vit_image_macs(random_vit_b32_folder(settings.work_dir))
-    result.forwards["CLIP ViT-B/32 frame forward (batch 64)"] = forward["frames"] / forward["seconds"] * 2 * macs
+    result.forwards["CLIP ViT-B/32 frame forward (batch 64)"] = (forward["frames"] / forward["seconds"] * 2 * macs,
+                                                                forward["matmul_flops"])
     result.notes.append("EMScore / video PAC-S: video PAC-S is EMScore on the PAC-S backbone (same code path).")
     return [result, features]
 
