@@ -50,12 +50,12 @@ class FamilyResult:
     peers: List[Row] = field(default_factory=list)
     memory: Optional[Tuple[str, float, str, float]] = None
     """(smaller run, its peak MB, larger run, its peak MB) for the memory-flat check."""
-    memory_in: str = "items"
-    """What the memory check grows: items, or for EMScore video length."""
     forwards: Dict[str, Tuple[float, float]] = field(default_factory=dict)
     """Forward name -> (model FLOPs per second of that forward alone on a ready batch, the fp32 matmul rate measured
     right after it in the same process)."""
     notes: List[str] = field(default_factory=list)
+    memory_in: str = "items"
+    """What the memory check grows: items, or for EMScore video length."""
 
 
 @dataclass(frozen=True)
