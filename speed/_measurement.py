@@ -1,16 +1,13 @@
 """What the speed scripts measure around the work itself: wall and CPU seconds of a call, CPU seconds of worker
-processes, peak memory (the process's resident set, and the proportional set size sampled over its process tree),
-the machine's fp32 matmul rate and the multiply-accumulates of one ViT image forward."""
+processes, peak memory (the process's resident set, and the proportional set size sampled over its process tree)
+and the machine's fp32 matmul rate. torch is imported by the functions that use it, so that a script's ``--help``
+imports none of it."""
 from __future__ import annotations
 
-import json
 import resource
 import threading
 import time
-from pathlib import Path
-from typing import Callable, Tuple, TypeVar
-
-import torch
+from typing import Callable, Dict, Tuple, TypeVar
 
 Value = TypeVar("Value")
 
@@ -53,6 +50,8 @@ def timed(run: Callable[[], Value]) -> Tuple[float, float, Value]:
     """(wall seconds, CPU seconds of this process over all its threads, value) of ``run()``; the device's queued work
     is waited for before the clock stops."""
     start, cpu_start = time.perf_counter(), cpu_seconds()
+    import torch
+
     value = run()
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
@@ -100,6 +99,8 @@ class TreeMemorySampler:
 
 def matmul_flops_per_second(threads: int, size: int = 2048, repeats: int = 10) -> float:
     """Best measured fp32 ``torch.matmul`` rate of two ``size`` x ``size`` matrices (2 n^3 FLOPs each)."""
+    import torch
+
     torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, generator=generator)
@@ -109,24 +110,13 @@ def matmul_flops_per_second(threads: int, size: int = 2048, repeats: int = 10) -
     return 2 * size ** 3 / best
 
 
-def vit_image_macs(model_dir: Path, pooled_last_layer: bool = False) -> int:
-    """Multiply-accumulates of one image through the vision tower and projection, from the model's config: patch
-    embedding, per layer QKV, attention scores and weighted sum, output projection and MLP, then the projection.
-    ``pooled_last_layer``: what capeval executes, the last layer computing keys and values for every token but the
-    rest for the class token only (capeval/models/clip/modeling.py)."""
-    config = json.loads((model_dir / "config.json").read_text())
-    vision, projection_dim = config["vision_config"], config["projection_dim"]
-    patches = (vision["image_size"] // vision["patch_size"]) ** 2
-    tokens, width, hidden = patches + 1, vision["hidden_size"], vision["intermediate_size"]
-    patch_embedding = patches * vision.get("num_channels", 3) * vision["patch_size"] ** 2 * width
+def forward_rate(run: Callable[[], object], macs: int, repeats: int = 3) -> Dict[str, float]:
+    """The best of ``repeats`` timed calls of ``run`` (a model forward on a ready batch) and the rate of its ``macs``
+    multiply-accumulates, with the fp32 matmul rate measured right after it (on a shared machine the load moves
+    between a run's start and its forwards): ``{"seconds", "flops", "flops_per_second", "matmul_flops_per_second"}``
+    (two FLOPs a MAC)."""
+    import torch
 
-    def layer(queries: int) -> int:
-        keys_and_values = 2 * tokens * width * width
-        query_and_output_projections = 2 * queries * width * width
-        scores_and_weighted_sum = 2 * queries * tokens * width
-        mlp = 2 * queries * width * hidden
-        return keys_and_values + query_and_output_projections + scores_and_weighted_sum + mlp
-
-    layers = vision["num_hidden_layers"]
-    encoder = (layers - 1) * layer(tokens) + layer(1 if pooled_last_layer else tokens)
-    return patch_embedding + encoder + width * projection_dim
+    seconds = min(timed(run)[0] for _ in range(repeats))
+    return {"seconds": seconds, "flops": 2.0 * macs, "flops_per_second": 2.0 * macs / seconds,
+            "matmul_flops_per_second": matmul_flops_per_second(torch.get_num_threads(), repeats=5)}

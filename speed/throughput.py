@@ -48,9 +48,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-import torch
-
-from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb, vit_image_macs
+from _flops import vit_image_macs
+from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb
 from _models import random_vit_b32_folder
 from _paths import FLICKR8K_DIR, REPO_ROOT
 from _throughput.context import ChildContext, PeerResult
@@ -103,6 +102,8 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------------------------- child
 def child_main(peer: str, arguments: argparse.Namespace) -> None:
     """Run one peer in this (fresh) process and print its result as one JSON line."""
+    import torch
+
     torch.set_num_threads(arguments.threads)
     context = ChildContext(random_vit_b32_folder(arguments.work_dir),
                            select_files(arguments.data_dir, arguments.images),

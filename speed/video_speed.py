@@ -20,7 +20,8 @@ capeval's peers, each in a fresh process (model loaded and a warm-up call made b
 * ``long-<m>min``: the long video with its six candidates and references;
 * ``host``: the ``files`` workload with the image forward replaced by a stub (decoding, transforms, transfers, texts
   and scoring remain);
-* ``forward``: the image forward alone on a ready batch of 64 frames of the clip (best of 3).
+* ``forward``: the image forward alone on a ready batch of 64 frames of the clip (best of 3), and the fp32 matmul rate
+  measured right after it.
 
 Peak memory is the process's ``VmHWM``; where the process decodes video files (``files``, ``long``, ``host``) it is
 the larger of that and the peak, sampled every second, of the PSS summed over the process and its decoding workers.
@@ -45,18 +46,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
 
-from _measurement import TreeMemorySampler, peak_rss_mb, timed
+from _measurement import TreeMemorySampler, matmul_flops_per_second, peak_rss_mb, timed
 from _models import random_vit_b32_folder
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR, REPO_ROOT
 from _video_workload import build
-from capeval import EMScore, VideoFeatures
-from capeval.functional import emscore as functional
-from capeval.models.clip.frames import VideoFrameRows
-from capeval.models.clip.loading import Backbone
-from capeval.scorers.emscore import result_name
-from capeval.video import iter_video_frames, load_video_features
 
 RESULT_PREFIX = "VIDEO-SPEED-RESULT "
 FORWARD_BATCH = 64
@@ -79,6 +73,7 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--long-minutes", default="1,4", help="lengths of the long videos, in minutes")
     parser.add_argument("--long-fps", type=int, default=2, help="frame rate of the long videos")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in every peer")
+    parser.add_argument("--device", default="cpu", help="capeval's device (cpu, cuda, ...)")
     parser.add_argument("--workers", type=int, help="capeval's decoding processes (default: capeval's own)")
     parser.add_argument("--peers", help="comma-separated subset of files, features-pt, features-memory, "
                                         "long-<m>min, host, forward (default: all; empty: only report --json-out)")
@@ -140,10 +135,17 @@ class Phases:
 
 
 def _scorer(arguments: argparse.Namespace, model_dir: Path, manifest: Dict[str, Any], peer: str,
-            phases: Phases) -> EMScore:
-    """A scorer for ``peer`` with its phases timed, warmed up on two items of the warm-up video (or features)."""
+            phases: Phases) -> Any:
+    """A capeval ``EMScore`` for ``peer`` with its phases timed, warmed up on two items of the warm-up video (or
+    features)."""
+    import torch
+
+    from capeval import EMScore, VideoFeatures
+    from capeval.functional import emscore as functional
+    from capeval.models.clip.loading import Backbone
+
     workload = workload_of(manifest, peer)
-    scorer = EMScore(model=model_dir, device="cpu", num_frames=workload.get("num_frames"),
+    scorer = EMScore(model=model_dir, device=arguments.device, num_frames=workload.get("num_frames"),
                      num_workers=arguments.workers)
     backbone = scorer.backbone
     if peer == "host":
@@ -164,17 +166,27 @@ def _scorer(arguments: argparse.Namespace, model_dir: Path, manifest: Dict[str, 
     return scorer
 
 
-def _forward_only(scorer: EMScore, clip: str) -> Dict[str, Any]:
+def _forward_only(scorer: Any, clip: str) -> Dict[str, Any]:
     """The image forward alone on a ready uint8 batch of the clip's first frames: best of 3."""
+    import torch
+
+    from capeval.video import iter_video_frames
+
     backbone = scorer.backbone
     frames = iter_video_frames(clip)
     batch = torch.stack([backbone.image_transform.to_uint8(next(frames), "frame") for _ in range(FORWARD_BATCH)])
     seconds, cpu_seconds, _ = min(timed(lambda: float(backbone.encode_images(batch)[0, 0])) for _ in range(3))
-    return {"items": 0, "videos": 0, "frames": FORWARD_BATCH, "seconds": seconds, "cpu_seconds": cpu_seconds}
+    return {"items": 0, "videos": 0, "frames": FORWARD_BATCH, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "matmul_flops": matmul_flops_per_second(torch.get_num_threads(), repeats=5)}
 
 
 def child_main(peer: str, arguments: argparse.Namespace) -> None:
     """Run one peer in this fresh process and print its result as one JSON line."""
+    import torch
+
+    from capeval.models.clip.frames import VideoFrameRows
+    from capeval.video import load_video_features
+
     torch.set_num_threads(arguments.threads)
     manifest = json.loads((workload_folder(arguments) / "manifest.json").read_text(encoding="utf-8"))
     start = time.perf_counter()
@@ -215,7 +227,7 @@ def child_main(peer: str, arguments: argparse.Namespace) -> None:
 def run_child(peer: str, arguments: argparse.Namespace) -> Dict[str, Any]:
     """Run ``peer`` in a fresh interpreter and parse its result, with the load average and clock time at its start."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", peer, "--threads", str(arguments.threads),
-               "--work-dir", str(arguments.work_dir)]
+               "--work-dir", str(arguments.work_dir), "--device", arguments.device]
     if arguments.workers is not None:
         command += ["--workers", str(arguments.workers)]
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -250,6 +262,8 @@ HEADER = (f"{'workload':16s} {'tool':9s} {'items':>6s} {'videos':>6s} {'frames':
 
 def _original_scores(result: Dict[str, Any]) -> Dict[str, List[float]]:
     """The original's per-item scores under capeval's result names (``emscore_video_full_fs``)."""
+    from capeval.scorers.emscore import result_name
+
     return {f"{result_name(view, key)}s": values for view, by_key in result["scores"].items()
             for key, values in by_key.items()}
 

@@ -27,10 +27,10 @@ def warm_capeval(context: ChildContext, with_references: bool = False,
     return scorer, time.perf_counter() - start
 
 
-def run_capeval(context: ChildContext, workload: Workload, with_references: bool,
-                cache_dir: Optional[Path] = None) -> Dict[str, Any]:
-    """capeval's ``CLIPScore.score`` on the workload (CLIP-S only, or CLIP-S and RefCLIP-S)."""
-    scorer, load_seconds = warm_capeval(context, with_references, cache_dir)
+def run_capeval(context: ChildContext, workload: Workload, with_references: bool) -> Dict[str, Any]:
+    """capeval's ``CLIPScore.score`` on the workload (CLIP-S only, or CLIP-S and RefCLIP-S), with the context's
+    on-disk cache folder if it has one."""
+    scorer, load_seconds = warm_capeval(context, with_references, context.cache_dir)
     encoded_before = dict(scorer.engine.encoded)
     references = workload.references if with_references else None
     result: Dict[str, Any] = {}

@@ -1,32 +1,44 @@
 """The table of throughput peers: each peer's workload, its run and its description in the report."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+import importlib
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from _throughput.capeval_peers import run_capeval, run_capeval_images, run_capeval_stream
 from _throughput.context import ChildContext
-from _throughput.host_peers import run_capeval_host, run_decode_limit
-from _throughput.reference_peers import run_per_pair, run_reference_batched
-from _throughput.torchmetrics_peer import run_torchmetrics
-from _throughput.workloads import expert_workload, one_caption_workload
+from _throughput.workloads import Flickr8kFiles, expert_workload, one_caption_workload
 
-PEERS: Dict[str, Tuple[str, Callable[[ChildContext], Dict[str, Any]]]] = {
-    "capeval": ("expert", lambda c: run_capeval(c, expert_workload(c.selection), with_references=False)),
-    "torchmetrics": ("expert", lambda c: run_torchmetrics(c, expert_workload(c.selection))),
-    "capeval-1cap": ("one-caption", lambda c: run_capeval(c, one_caption_workload(c.selection), False)),
-    "torchmetrics-1cap": ("one-caption", lambda c: run_torchmetrics(c, one_caption_workload(c.selection))),
-    "capeval-ref-cold": ("expert", lambda c: run_capeval(c, expert_workload(c.selection), True, c.cache_dir)),
-    "capeval-ref-warm": ("expert", lambda c: run_capeval(c, expert_workload(c.selection), True, c.cache_dir)),
-    "capeval-images": ("expert", lambda c: run_capeval_images(c, expert_workload(c.selection))),
-    "capeval-stream": ("stream", run_capeval_stream),
-    "reference-batched": ("expert", lambda c: run_reference_batched(c, expert_workload(c.selection))),
-    "reference-batched-1cap": ("one-caption", lambda c: run_reference_batched(c, one_caption_workload(c.selection))),
-    "decode-limit": ("one-caption", lambda c: run_decode_limit(c, one_caption_workload(c.selection))),
-    "capeval-host": ("one-caption", lambda c: run_capeval_host(c, one_caption_workload(c.selection))),
-    "per-pair": ("expert", lambda c: run_per_pair(c, expert_workload(c.selection))),
+Run = Callable[[ChildContext], Dict[str, Any]]
+
+
+def _run(module: str, function: str, workload: Optional[Callable[[Flickr8kFiles], Any]], *options: Any) -> Run:
+    """A peer's run: ``_throughput.<module>.<function>(context[, workload], *options)``, its module imported when the
+    peer runs (in its own process), so that reading this table imports no torch."""
+    def run(context: ChildContext) -> Dict[str, Any]:
+        target = getattr(importlib.import_module(f"_throughput.{module}"), function)
+        return target(context, *([] if workload is None else [workload(context.selection)]), *options)
+
+    return run
+
+
+PEERS: Dict[str, Tuple[str, Run]] = {
+    "capeval": ("expert", _run("capeval_peers", "run_capeval", expert_workload, False)),
+    "torchmetrics": ("expert", _run("torchmetrics_peer", "run_torchmetrics", expert_workload)),
+    "capeval-1cap": ("one-caption", _run("capeval_peers", "run_capeval", one_caption_workload, False)),
+    "torchmetrics-1cap": ("one-caption", _run("torchmetrics_peer", "run_torchmetrics", one_caption_workload)),
+    "capeval-ref-cold": ("expert", _run("capeval_peers", "run_capeval", expert_workload, True)),
+    "capeval-ref-warm": ("expert", _run("capeval_peers", "run_capeval", expert_workload, True)),
+    "capeval-images": ("expert", _run("capeval_peers", "run_capeval_images", expert_workload)),
+    "capeval-stream": ("stream", _run("capeval_peers", "run_capeval_stream", None)),
+    "reference-batched": ("expert", _run("reference_peers", "run_reference_batched", expert_workload)),
+    "reference-batched-1cap": ("one-caption", _run("reference_peers", "run_reference_batched",
+                                                   one_caption_workload)),
+    "decode-limit": ("one-caption", _run("host_peers", "run_decode_limit", one_caption_workload)),
+    "capeval-host": ("one-caption", _run("host_peers", "run_capeval_host", one_caption_workload)),
+    "per-pair": ("expert", _run("reference_peers", "run_per_pair", expert_workload)),
 }
 """Peer name -> (workload, run), in run order (acceptance peers first, slow reference-style peers last). The
-``-cold``/``-warm`` pair shares one on-disk cache folder, emptied before each cold run."""
+``-cold``/``-warm`` pair shares one on-disk cache folder (the context's ``cache_dir``), emptied before each cold run;
+the other peers get no cache folder."""
 HOST_ONLY_PEERS = ["decode-limit", "capeval-host"]
 """The peers of ``--host-only``."""
 

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from _measurement import vit_image_macs
+from _flops import vit_image_macs
 from _throughput.context import PeerResult
 from _throughput.peers import DESCRIPTIONS
 

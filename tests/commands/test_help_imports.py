@@ -1,5 +1,6 @@
-"""``--help`` of every ``capeval`` subcommand and every conversion script imports none of the heavy libraries: the
-parsers are built from light modules, and the model and conversion code is imported once the arguments are read."""
+"""``--help`` of every ``capeval`` subcommand, every conversion script and every speed script imports none of the heavy
+libraries: the parsers are built from light modules, and the model and conversion code is imported once the arguments
+are read."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,12 @@ def conversion_scripts() -> List[str]:
                   if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"))
 
 
+def speed_scripts() -> List[str]:
+    """Every script of ``speed/`` (``python speed/<name>.py``); its ``_*.py`` modules are parts, not scripts."""
+    return sorted(path.name for path in (REPO_ROOT / "speed").glob("*.py")
+                  if not path.name.startswith("_") and 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"))
+
+
 def capeval_subcommands() -> List[str]:
     """The subcommands of the ``capeval`` parser."""
     actions = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
@@ -30,8 +37,10 @@ def capeval_subcommands() -> List[str]:
 
 
 def imported_by_help(command: List[str]) -> tuple[str, set[str]]:
-    """The help text ``python -X importtime -m <command> --help`` prints, and every module that the run imported."""
-    completed = subprocess.run([sys.executable, "-X", "importtime", "-m", *command, "--help"], capture_output=True,
+    """The help text ``python -X importtime -m <command> --help`` (``python -X importtime <script> --help`` for a
+    ``.py`` path) prints, and every module that the run imported."""
+    run = command if command[0].endswith(".py") else ["-m", *command]
+    completed = subprocess.run([sys.executable, "-X", "importtime", *run, "--help"], capture_output=True,
                                text=True, cwd=REPO_ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     assert completed.returncode == 0, completed.stderr[-2000:]
     imported = {line.split("|")[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")}
@@ -39,9 +48,11 @@ def imported_by_help(command: List[str]) -> tuple[str, set[str]]:
 
 
 def test_every_script_and_subcommand_is_covered() -> None:
-    assert conversion_scripts() == ["conversion.convert_clip", "conversion.convert_regions", "conversion.convert_scan",
-                                    "conversion.convert_vilbert", "conversion.publish"]
+    assert conversion_scripts() == ["conversion.convert_clip", "conversion.convert_polos", "conversion.convert_regions",
+                                    "conversion.convert_scan", "conversion.convert_vilbert", "conversion.publish"]
     assert capeval_subcommands() == ["benchmark", "download", "regions", "score", "train"]
+    assert speed_scripts() == ["bridge_speed.py", "report.py", "throughput.py", "tiger_speed.py", "time_baselines.py",
+                               "video_speed.py", "vilbertscore_speed.py"]
 
 
 @pytest.mark.parametrize("script", conversion_scripts())
@@ -56,4 +67,11 @@ def test_conversion_script_help_imports_no_heavy_library(script: str) -> None:
 def test_capeval_help_imports_no_heavy_library(subcommand: str | None) -> None:
     help_text, imported = imported_by_help(["capeval", *([subcommand] if subcommand else [])])
     assert help_text.startswith(f"usage: capeval {subcommand or ''}".rstrip())
+    assert not imported & HEAVY_MODULES
+
+
+@pytest.mark.parametrize("script", speed_scripts())
+def test_speed_script_help_imports_no_heavy_library(script: str) -> None:
+    help_text, imported = imported_by_help([str(REPO_ROOT / "speed" / script)])
+    assert help_text.startswith(f"usage: {script}")
     assert not imported & HEAVY_MODULES

@@ -8,6 +8,7 @@ import pytest
 
 from capeval import InputError, ModelNotAvailableError, RegionFeatures, TIGErScore
 from test_tiger_parity import convert_synthetic
+from fixtures.isolated import DETECTOR_MODULES, run_isolated
 from fixtures.paths import REPO_ROOT
 from fixtures.tiger_checkpoints import load_goldens, synthetic_regions
 
@@ -206,3 +207,32 @@ def test_benchmark_metric_reads_regions_by_image_name(tmp_path: Path, scorer: TI
     short = builtin_metrics(["tiger"], model=scorer.scan.folder, device="cpu", regions=tmp_path / "short.npz")["tiger"]
     with pytest.raises(InputError, match=r"item 'key0': images\[0\].features has 35 regions; this model needs 36"):
         short.check(images[:1], candidates[:1], references[:1], keys)
+
+
+def test_warm_scoring_of_precomputed_regions_never_loads_nor_imports_a_detector(
+        scorer: TIGErScore, nltk_data: Path, tmp_path: Path) -> None:
+    """In a fresh process, cold then warm (a new scorer on the filled cache folder): every way of loading a detector
+    raises, no detector module is imported, the warm run computes nothing and both give the goldens."""
+    result = run_isolated(f"""
+        import nltk
+        nltk.data.path[:] = [{str(nltk_data)!r}]
+        from capeval import RegionFeatures, TIGErScore
+        from fixtures.tiger_checkpoints import load_goldens, synthetic_regions
+
+        cases = load_goldens()["cases"]
+        dim = cases["models"]["tiny"]["img_dim"]
+        regions = {{image["id"]: RegionFeatures(features=synthetic_regions(dim, image["seed"], image["tied_rows"]))
+                   for image in cases["images"]}}
+        items = cases["items"]
+        inputs = ([regions[item["image"]] for item in items], [item["candidate"] for item in items],
+                  [item["references"] for item in items])
+        runs = []
+        for _ in range(2):
+            fresh = TIGErScore(model={str(scorer.scan.folder)!r}, device="cpu", cache_dir={str(tmp_path)!r})
+            runs.append((fresh.score(*inputs)["tiger_scores"], dict(fresh.engine.encoded)))
+        result = {{"cold": runs[0][0], "warm": runs[1][0], "warm_encoded": runs[1][1]}}
+    """)
+    assert not DETECTOR_MODULES & set(result["modules"])
+    assert result["warm_encoded"] == {"scan_regions": 0, "scan_words": 0, "tiger_grounding": 0}
+    assert result["warm"] == result["cold"]
+    np.testing.assert_allclose(result["warm"], GOLDENS["models"]["tiny"]["tiger"], rtol=0, atol=1e-6)

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 import capeval
 from capeval import InputError, RegionFeatures
 from capeval.hub import CHECKSUMS_NAME
+from fixtures.isolated import DETECTOR_MODULES, run_isolated
 from fixtures.paths import REPO_ROOT
 from fixtures.vilbert_checkpoints import convert_checkpoint, load_regions, unpack_checkpoint
 
@@ -424,3 +425,28 @@ def test_two_processes_equal_one_and_fill_the_cache_together(model_folder, items
     assert ranks == [single, single]
     assert all(0 < count for count in encoded) and sum(encoded) == distinct_pairs(regions, candidates, references)
     assert from_cache == single and warm.engine.encoded == {"vilbert_text": 0}  # each process stored its share
+
+
+def test_warm_scoring_of_precomputed_regions_never_loads_nor_imports_a_detector(model_folder, items, regions, scorer,
+                                                                                 tmp_path):
+    """In a fresh process, cold then warm (a new scorer on the filled cache folder): every way of loading a detector
+    raises, no detector module is imported, the warm run computes nothing and both equal the in-process scores."""
+    result = run_isolated(f"""
+        import capeval
+        from fixtures.vilbert_checkpoints import load_items, load_regions
+
+        items, regions = load_items()[:4], load_regions()[:4]
+        inputs = (regions, [item["candidate"] for item in items], [item["references"] for item in items])
+        runs = []
+        for _ in range(2):
+            fresh = capeval.ViLBERTScore(model={str(model_folder)!r}, device="cpu", batch_size=4, num_regions=100,
+                                         cache_dir={str(tmp_path)!r})
+            runs.append((fresh.score(*inputs)["vilbert_f1s"], dict(fresh.engine.encoded)))
+        result = {{"cold": runs[0][0], "warm": runs[1][0], "warm_encoded": runs[1][1]}}
+    """)
+    assert not DETECTOR_MODULES & set(result["modules"])
+    assert result["warm_encoded"] == {"vilbert_text": 0}
+    assert result["warm"] == result["cold"]
+    expected = scorer.score(regions[:4], [item["candidate"] for item in items[:4]],
+                            [item["references"] for item in items[:4]])
+    np.testing.assert_allclose(result["warm"], expected["vilbert_f1s"], rtol=0, atol=1e-6)

@@ -25,7 +25,7 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -36,10 +36,13 @@ from capeval.engine import Batch, EmbeddingEngine, RowProducer
 from capeval.inputs import ImageInput, ImageItem, InputError, validate_image
 from capeval.models.regions.configuration import SAVE_SECONDS, ExtractionSettings
 from capeval.models.regions.features import RegionFeatures
-from capeval.models.regions.modeling_bottom_up import BottomUpDetector
-from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 from capeval.models.regions.postprocessing import Detections, select_regions
 from capeval.models.regions.preprocessing import ResizedImage, decode_rgb, network_size, preprocess
+
+if TYPE_CHECKING:  # the detectors' modules are imported by their loading (DetectorSpec.model_class), never here:
+    # scoring precomputed regions imports no detector code
+    from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+    from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 
 EXTRACTION_VERSION = "2"
 """Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
@@ -47,7 +50,7 @@ bottom-up RPN keeps at least ``min_boxes`` proposals, see :attr:`ExtractionSetti
 
 _PER_REGION = ("scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
 
-Detector = Union[BottomUpDetector, X152FpnDetector]
+Detector = Union["BottomUpDetector", "X152FpnDetector"]
 
 
 def pack_detections(detections: Detections) -> np.ndarray:
@@ -102,6 +105,8 @@ class DetectionRows(RowProducer[ImageItem]):
         return batches + list(pending.values())
 
     def encode(self, batches: List[List[Tuple[ImageItem, Tuple[int, int]]]]) -> Iterator[List[np.ndarray]]:
+        from capeval.models.regions.modeling_bottom_up import BottomUpDetector
+
         config = self.detector.config
         # only the bottom-up detector fills up its proposals (the rule of the bottom-up selection)
         fills_proposals = isinstance(self.detector, BottomUpDetector)

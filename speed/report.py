@@ -1,0 +1,110 @@
+"""One performance report: every metric family on its benchmark shape against its strongest peer, with the machine's
+fp32 matmul peak measured in the same run.
+
+    python speed/report.py [--quick] [--families clip-s,tigerscore,vilbertscore,bridge,emscore] [--device cpu|cuda]
+                           [--threads T] [--originals FILE] [--json-out FILE] [--markdown-out FILE]
+
+Each family is measured by its own speed script, each run in fresh processes through its ``--json-out``
+(``_report/families.py``): ``throughput.py`` (CLIP-S, standing for PAC-S too, against torchmetrics and the
+``clipscore.py`` loop), ``tiger_speed.py``, ``vilbertscore_speed.py`` and ``bridge_speed.py`` (the Flickr8k-Expert
+shape from precomputed regions, or image files for BRIDGE) and ``video_speed.py`` (EMScore on the VATEX-EVAL-shaped
+workload). Each is run at its benchmark size and at a smaller one, for the memory check. The original
+implementations' figures (TIGEr, ViLBERTScore, BRIDGE, the EMScorer) are measured outside the repository and read
+from ``--originals`` (schema in ``_report/originals.py``, commands in speed/README.md); the table marks every figure
+as measured in this run or read from that file, with the file's date and machine.
+
+Printed: the table (also written as Markdown by ``--markdown-out``), then one PASS, FAIL or SKIP line per target:
+every family >= 3x its original end to end, memory flat in items (the larger run's peak within 10% of the smaller
+run's; for EMScore, video length), the CLIP, ViLBERT and SCAN GRU forwards at >= 70% of the matmul peak. ``--quick``
+uses small sizes (a smoke run of a few minutes on two cores: 40 image files for CLIP-S, 100 / 4 / 2 Expert images
+for TIGEr / ViLBERTScore / BRIDGE, one video for EMScore).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from _paths import EMSCORE_CLIP, FLICKR8K_DIR
+
+FAMILY_NAMES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "emscore")
+
+
+def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run of a few minutes")
+    parser.add_argument("--families", default=",".join(FAMILY_NAMES),
+                        help=f"comma-separated subset of {', '.join(FAMILY_NAMES)} (default: all)")
+    parser.add_argument("--device", default="cpu", help="device of the scripts that take one (cpu, cuda, ...)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads everywhere")
+    parser.add_argument("--originals", type=Path, help="the original implementations' figures (JSON)")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench",
+                        help="where the random models and workloads are built and kept")
+    parser.add_argument("--data-dir", type=Path, default=FLICKR8K_DIR, help="the Flickr8k folder")
+    parser.add_argument("--clip", type=Path, default=EMSCORE_CLIP, help="the EMScore example clip")
+    parser.add_argument("--nltk-data", type=Path, help="NLTK data root (punkt_tab for TIGEr, the tagger for BRIDGE)")
+    parser.add_argument("--json-out", type=Path)
+    parser.add_argument("--markdown-out", type=Path, help="write the table and the target lines as Markdown")
+    arguments = parser.parse_args(argv)
+    arguments.families = [name.strip() for name in arguments.families.split(",") if name.strip()]
+    unknown = [name for name in arguments.families if name not in FAMILY_NAMES]
+    if unknown or not arguments.families:
+        parser.error(f"--families: choose from {', '.join(FAMILY_NAMES)} (got {unknown or 'none'})")
+    return arguments
+
+
+def machine() -> str:
+    """CPU model, count, platform and the load average now."""
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} x {platform.machine()} {model}, {platform.system()} {platform.release()}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    arguments = parse_arguments(argv)
+    from _measurement import matmul_flops_per_second
+    from _report.families import FAMILIES, Settings
+    from _report.originals import load_originals
+    from _report.output import as_json, markdown_table, verdicts
+
+    originals = load_originals(arguments.originals)
+    started, loads = time.strftime("%Y-%m-%d %H:%M"), [os.getloadavg()[0]]
+    peak = matmul_flops_per_second(arguments.threads)
+    print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s ({arguments.threads} threads)", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="capeval-report-") as out_dir:
+        settings = Settings(arguments.device, arguments.threads, arguments.quick, arguments.work_dir,
+                            arguments.data_dir, arguments.clip, arguments.nltk_data, Path(out_dir), originals)
+        for name in arguments.families:
+            results += FAMILIES[name](settings)
+            loads.append(os.getloadavg()[0])
+    header = [f"Date {started}; machine: {machine()}; torch threads {arguments.threads}; device {arguments.device}; "
+              f"one-minute load average {min(loads):.1f}-{max(loads):.1f} during the run.",
+              f"fp32 matmul peak (2048^3, best of 10, measured at the start of this run): {peak / 1e9:.1f} GFLOP/s.",
+              ""]
+    table = markdown_table(results, peak)
+    notes = [note for family in results for note in family.notes]
+    lines = verdicts(results, peak)
+    print("\n".join(["", *header, *table, "", *notes, "", *lines]))
+    if arguments.markdown_out is not None:
+        arguments.markdown_out.write_text("\n".join([*header, *table, "", *(f"- {note}" for note in notes), "",
+                                                     "```", *lines, "```", ""]), encoding="utf-8")
+    if arguments.json_out is not None:
+        arguments.json_out.write_text(json.dumps({
+            "date": started, "machine": machine(), "threads": arguments.threads, "device": arguments.device,
+            "load_averages": loads, "matmul_flops_per_second": peak, "quick": arguments.quick,
+            "originals": None if originals is None else str(originals.path), "families": as_json(results, peak),
+            "targets": lines}, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
