@@ -353,5 +353,6 @@ def test_several_scorers_report_each_metric(captioning: Captioning, clip_scorer:
 
 def test_video_metrics_are_refused_by_name(captioning: Captioning) -> None:
     with pytest.raises(InputError, match=r"^scorer\[0\] is 'emscore' \(a metric of videos\); expected 'bridge', "
-                                         r"'clipscore', 'pacscore', 'tigerscore', 'vilbertscore' or a scorer instance$"):
+                                         r"'clipscore', 'pacscore', 'polos', 'tigerscore', 'vilbertscore' or a scorer "
+                                         r"instance$"):
         build_compute_metrics(captioning.tokenizer, captioning.eval_dataset, "emscore")

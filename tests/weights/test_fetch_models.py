@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from capeval.transfers import sha256_of
 from capeval.version import __version__
 from fixtures.originals_server import OriginalsServer
 from fixtures.paths import REPO_ROOT
+from fixtures.polos_checkpoints import ITEMS, parity_images
 from fixtures.stand_in_originals import DIRECT_CONVERSIONS
 from fixtures.vilbert_checkpoints import load_items, load_regions
 
@@ -44,6 +45,13 @@ def clip_scores(scorer: type) -> Callable[[str], Used]:
         result = scorer(model=model, device="cpu").score(images, list(captions.values()))
         return result[f"{scorer.family.main_result}s"], signature_revision(result["signature"])
     return score
+
+
+def polos_scores(model: str) -> Used:
+    images = parity_images()
+    result = capeval.Polos(model=model, device="cpu", num_workers=0).score(
+        images, [candidate for candidate, _ in ITEMS], [references for _, references in ITEMS])
+    return result["polos_scores"], signature_revision(result["signature"])
 
 
 def vilbert_scores(model: str) -> Used:
@@ -75,6 +83,11 @@ def same_safetensors(first: Path, second: Path) -> bool:
             torch.equal(one.get_tensor(key), two.get_tensor(key)) for key in one.keys())
 
 
+def files_below(folder: Path) -> List[str]:
+    """The files of ``folder`` and its subfolders (a Polos folder holds its encoder's and CLIP's), relative, sorted."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
 def resolved_folder(model: str) -> Path:
     """The folder of ``model`` as its loader resolves it (the table's folder function)."""
     module, function = SOURCES[model].folder.split(":")
@@ -91,6 +104,7 @@ USE: Dict[str, Callable[[str], object]] = {
     "capeval/vilbert-multi-task": vilbert_scores,
     "capeval/bottom-up-frcnn-r101-vg": detector_weights,
     "capeval/vilbert-detector-x152-fpn": detector_weights,
+    "capeval/polos-clip-vit-b-32": polos_scores,
 }
 """Model -> what capeval computes with a model reference (a name or a folder), and the revision it records."""
 
@@ -117,14 +131,15 @@ def test_fetched_by_name_converted_used_then_offline(model: str, online: Origina
         (file.name, file.size, file.sha256, f"{online.url}/{file.name}", True) for file in files]
     direct = tmp_path / "direct"
     DIRECT_CONVERSIONS[model](stand_ins, direct)
-    written = sorted(path.name for path in folder.iterdir())
-    assert written == sorted([path.name for path in direct.iterdir()] + [PROVENANCE_NAME])
+    written = files_below(folder)
+    assert written == sorted(files_below(direct) + [PROVENANCE_NAME])
     for name in written:
         if name.endswith(".safetensors"):
             assert same_safetensors(folder / name, direct / name)
-        elif name == CHECKSUMS_NAME:  # each folder's record of its own weights (their headers may differ in order)
+        elif Path(name).name == CHECKSUMS_NAME:  # each folder's record of its own weights (headers may differ in order)
+            weights = (folder / name).parent / "model.safetensors"
             assert {file: record["sha256"] for file, record in json.loads((folder / name).read_text())[
-                "files"].items()} == {"model.safetensors": sha256_of(folder / "model.safetensors")}
+                "files"].items()} == {"model.safetensors": sha256_of(weights)}
         elif name != PROVENANCE_NAME:
             assert (folder / name).read_bytes() == (direct / name).read_bytes(), name
     assert revision == f"original-{files[0].sha256[:12]}"  # what result signatures show
