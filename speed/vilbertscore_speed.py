@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -25,7 +25,8 @@ import torch
 from _measurement import timed
 from _models import random_vilbert_folder
 from _paths import FLICKR8K_DIR
-from capeval.benchmarks import Benchmark, RatedItem, load_benchmark
+from _throughput.workloads import distinct_items
+from capeval.benchmarks import RatedItem, load_benchmark
 from capeval.models.regions import RegionFeatures
 from capeval.scorers.vilbertscore import ViLBERTScore
 
@@ -38,12 +39,6 @@ def random_regions(seed: int) -> RegionFeatures:
     boxes = np.stack([x1, y1, np.minimum(x1 + rng.uniform(5, 300, 100), width),
                       np.minimum(y1 + rng.uniform(5, 300, 100), height)], axis=1)
     return RegionFeatures(np.abs(rng.standard_normal((100, 2048))).astype(np.float32), boxes, (width, height))
-
-
-def distinct_items(benchmark: Benchmark, images: Sequence[str]) -> List[RatedItem]:
-    """One item per distinct (image, candidate) of ``images``: the Expert file rates each pair three times."""
-    kept = set(images)
-    return list({(item.image, item.candidate): item for item in benchmark.items if item.image in kept}.values())
 
 
 def texts_encoded(items: Sequence[RatedItem], images: Sequence[str]) -> int:

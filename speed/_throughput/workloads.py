@@ -1,5 +1,6 @@
 """The throughput workloads: which Flickr8k files are scored, and the (image, candidate, references) pairs made of
-them (the Expert shape, one caption per image, and the streamed pairs' cycling inputs)."""
+them (the Expert shape, one caption per image, and the streamed pairs' cycling inputs); the distinct Expert items of
+some images, which ``vilbertscore_speed.py`` and ``polos_speed.py`` score."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,12 +10,18 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 from PIL import Image
 
-from capeval.benchmarks import load_benchmark
+from capeval.benchmarks import Benchmark, RatedItem, load_benchmark
 
 FULL_IMAGES = 1125
 """The 1,000 Flickr8k-Expert images of ``images_224`` and the 125 original JPEGs of ``images_original``."""
 ORIGINALS_SHARE = 125 / 1125
 WARM_UP_CAPTION = "a warm-up caption that is not in any workload"
+
+
+def distinct_items(benchmark: Benchmark, images: Sequence[str]) -> List[RatedItem]:
+    """One item per distinct (image, candidate) of ``images``: the Expert file rates each pair three times."""
+    kept = set(images)
+    return list({(item.image, item.candidate): item for item in benchmark.items if item.image in kept}.values())
 
 
 @dataclass(frozen=True)
