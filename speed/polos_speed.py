@@ -11,7 +11,7 @@ TorchScript archive) and converted with ``conversion/convert_polos.py``. The bui
 the timed process's peak memory is the scoring's own.
 
 Workload: the Flickr8k-Expert shape: every distinct (image, candidate) pair of the first ``--images`` images of
-``images_224`` (default 50), each with the image's 5 references (``--data-dir``, default ``$CAPEVAL_FLICKR8K_DIR``,
+``images_224`` (default 20), each with the image's 5 references (``--data-dir``, default ``$CAPEVAL_FLICKR8K_DIR``,
 else ``shared/data/flickr8k`` beside the repository). ``<work dir>/polos-workload.json`` lists the items, the
 original's files and the warm-up item, for the wheel's runner (speed/README.md); ``--prepare-only`` builds the model
 and writes it, then stops.
@@ -20,8 +20,9 @@ Timed: ``Polos(model, device=--device, num_workers=--workers).score(paths, candi
 and strings to scores, after the model is loaded and a warm-up item (a seeded random image and captions outside the
 workload) is scored. Reported: items, wall and CPU seconds (the process's threads; its decoding workers' separately),
 items/s, peak memory (the process's ``VmHWM``; its decoding workers, forked from it, hold a few decoded images each,
-and sampling their memory during the call slowed it by about 20% here) and the load average at the start. ``--original-json`` adds the wheel's figures on the same workload,
-the ratios, and how many per-item scores agree with the wheel's at batch size 1 and at its default batch size.
+and sampling their memory during the call slowed it by about 20% here) and the load average at the start.
+``--original-json`` adds the wheel's figures on the same workload, the ratios, and how many per-item scores agree
+with the wheel's at batch size 1 and at its default batch size.
 """
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from _measurement import peak_rss_mb, timed
+from _measurement import peak_rss_mb, timed, worker_cpu_seconds
 from _models import random_polos_folder, random_polos_original
 from _paths import FLICKR8K_DIR
 from _throughput.workloads import WARM_UP_CAPTION, distinct_items
@@ -56,7 +56,7 @@ AGREEMENT = 1e-6
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=50, help="Flickr8k-Expert images of images_224 to score")
+    parser.add_argument("--images", type=int, default=20, help="Flickr8k-Expert images of images_224 to score")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
     parser.add_argument("--workers", type=int, help="capeval's decoding processes (default: capeval's own)")
@@ -129,15 +129,14 @@ def run_capeval(arguments: argparse.Namespace, workload: Dict[str, Any]) -> Dict
     images = [item["image"] for item in items]
     candidates = [item["candidate"] for item in items]
     references = [item["references"] for item in items]
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers_before = worker_cpu_seconds()  # the decoding workers persist from the warm-up on
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         seconds, cpu_seconds, result = timed(lambda: scorer.score(images, candidates, references))
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    workers = worker_cpu_seconds() - workers_before
     return {"tool": "capeval", "device": arguments.device, "threads": torch.get_num_threads(),
             "images": workload["images"], "items": len(items), "seconds": seconds, "cpu_seconds": cpu_seconds,
-            "worker_cpu_seconds": (children.ru_utime + children.ru_stime
-                                   - children_before.ru_utime - children_before.ru_stime),
+            "worker_cpu_seconds": workers,
             "peak_rss_mb": peak_rss_mb(), "load_average_at_start": load,
             "started": started, "workload_id": workload["workload_id"], "scores": result["polos_scores"]}
 
