@@ -163,9 +163,6 @@ def report(ours: Dict[str, Any], original: Optional[Dict[str, Any]]) -> List[str
              header, "-" * len(header), _row("capeval", ours)]
     if original is None:
         return lines
-    if original["workload_id"] != ours["workload_id"]:
-        raise SystemExit(f"--original-json is of another workload ({original['workload_id']}, this one "
-                         f"{ours['workload_id']}): run the wheel's runner on {WORKLOAD_NAME} of this --images")
     lines.append(_row(f"wheel predict, batch size {original['batch_size']}", original))
     wheel_cpu = original["cpu_seconds"] + original.get("worker_cpu_seconds", 0.0)
     lines += ["", f"capeval {original['seconds'] / ours['seconds']:.2f}x the wheel by wall time, "
@@ -189,10 +186,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                "--data-dir", str(arguments.data_dir), "--work-dir", str(arguments.work_dir)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     workload = json.loads((arguments.work_dir / WORKLOAD_NAME).read_text(encoding="utf-8"))
-    ours = run_capeval(arguments, workload)
     original = None
     if arguments.original_json is not None:
         original = json.loads(arguments.original_json.read_text(encoding="utf-8"))
+        if original["workload_id"] != workload["workload_id"]:
+            raise SystemExit(f"--original-json is of another workload ({original['workload_id']}, this one "
+                             f"{workload['workload_id']}): run the wheel's runner on {WORKLOAD_NAME} of this --images")
+    ours = run_capeval(arguments, workload)
     print("\n".join(report(ours, original)))
     if arguments.json_out is not None:
         arguments.json_out.write_text(json.dumps({"capeval": ours, "original": original}, indent=1) + "\n",
