@@ -2,17 +2,20 @@
 
 Random weights cost exactly what the real ones cost (same shapes, same operations), so timings measured with these
 models hold for the released ones: the OpenAI CLIP ViT-B/32 (``openai/clip-vit-base-patch32`` and the PAC-S ViT-B/32
-backbone), TIGEr's SCAN with the published COCO vocabulary and the ViLBERT trunk of ``capeval/vilbert-multi-task``.
-BRIDGE on that ViT-B/32 with a BLIP-large captioner is here too. Each folder is built once under a work directory and
+backbone), TIGEr's SCAN with the published COCO vocabulary, the ViLBERT trunk of ``capeval/vilbert-multi-task`` and
+Polos (RoBERTa-base sentence encoder, ViT-B/32, the authors' regressor). BRIDGE on that ViT-B/32 with a BLIP-large
+captioner is here too. Each folder is built once under a work directory and
 reused; nothing is downloaded and nothing is written into the repository. torch and the model code of each family are
 imported by the function that builds it, so that a script imports only the family it times (and ``--help`` none).
 """
 from __future__ import annotations
 
+import json
 import re
+import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Sequence
+from typing import TYPE_CHECKING, List, Sequence, Tuple
 
 from _paths import REPO_ROOT
 
@@ -31,6 +34,14 @@ PUBLISHED_SCAN = REPO_ROOT / "hub_models" / "capeval" / "tiger-scan-coco"
 VILBERT_VOCAB_SIZE = 30522
 VILBERT_SPECIAL_TOKENS = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]"}
 """Token id -> special token, at their ``bert-base-uncased`` positions."""
+
+
+POLOS_ENCODER = {"vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                 "intermediate_size": 3072, "max_position_embeddings": 514, "type_vocab_size": 1,
+                 "layer_norm_eps": 1e-5, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
+"""``RobertaConfig`` of ``princeton-nlp/sup-simcse-roberta-base`` (roberta-base), Polos's sentence encoder."""
+POLOS_HIDDEN_SIZES = "2304,1152"
+"""The regressor's hidden sizes in the authors' ``configs/polos-trainer.yaml``."""
 
 
 def _save_weights(model: "torch.nn.Module", path: Path) -> None:
@@ -181,3 +192,49 @@ def random_bridge_folder(work_dir: Path, captions: Sequence[str]) -> Path:
     config = BridgeConfig(backbone=str(clip_dir), templates=TemplateConfig(captioner=str(blip_dir)))
     torch.manual_seed(SEED)
     return save_bridge(BridgeModel(config, load_backbone(str(clip_dir), device="cpu").model), folder)
+
+
+def caption_bpe_merges(captions: Sequence[str], vocab_size: int) -> List[Tuple[str, str]]:
+    """The merges of a byte-level BPE (RoBERTa's pre-tokenisation, no prefix space) trained on ``captions``, at most
+    ``vocab_size`` tokens with the 256 byte symbols and RoBERTa's 5 special tokens."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    tokenizer = ByteLevelBPETokenizer()
+    tokenizer.train_from_iterator(captions, vocab_size=vocab_size - 5, min_frequency=2, show_progress=False)
+    merges = json.loads(tokenizer._tokenizer.to_str())["model"]["merges"]
+    return [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in merges]
+
+
+def random_polos_original(work_dir: Path, captions: Sequence[str]) -> Path:
+    """A full-size Polos original with seeded random weights under ``work_dir``, in the authors' layout (built on
+    first use by ``tests/fixtures/polos_checkpoints.py``'s ``build_polos_original``): ``roberta/`` (RoBERTa-base
+    with a byte-level BPE trained on ``captions``), ``clip.pt`` (:func:`random_vit_b32_openai` as a TorchScript
+    archive), ``reprod/hparams.yaml`` + ``reprod/reprod.ckpt`` (hidden sizes 2304,1152) and ``reprod.zip``."""
+    folder = work_dir / f"polos-original-seed{SEED}"
+    if (folder / "reprod.zip").is_file():
+        return folder
+    tests = str(REPO_ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from transformers import RobertaConfig
+
+    from fixtures.polos_checkpoints import build_polos_original
+
+    merges = caption_bpe_merges(captions, POLOS_ENCODER["vocab_size"])
+    build_polos_original(folder, SEED, encoder_config=RobertaConfig(**POLOS_ENCODER), merges=merges,
+                         clip_model=random_vit_b32_openai(), hidden_sizes=POLOS_HIDDEN_SIZES)
+    return folder
+
+
+def random_polos_folder(work_dir: Path, captions: Sequence[str]) -> Path:
+    """:func:`random_polos_original` converted by ``conversion/convert_polos.py`` under ``work_dir`` (built on
+    first use)."""
+    folder = work_dir / f"polos-random-seed{SEED}"
+    if (folder / "config.json").is_file():
+        return folder
+    from conversion.convert_polos import main
+
+    encoder = random_polos_original(work_dir, captions) / "roberta"
+    main(["--checkpoint", str(encoder.parent / "reprod.zip"), "--encoder-config", str(encoder / "config.json"),
+          "--vocab", str(encoder / "vocab.json"), "--merges", str(encoder / "merges.txt"), "--out", str(folder)])
+    return folder
