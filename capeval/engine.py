@@ -117,9 +117,9 @@ class EmbeddingEngine:
         """Row lists of ``background`` (kind, items), a kind whose producer works in other processes (image or video
         decoding), and of each ``foreground`` (kind, items), computed in this process while the background works.
 
-        The foreground requests are made first, so that their planning (tokenisation) has every core: started while
-        the decoding workers held the cores, a batch tokenizer's threads took ten times as long on a 16-core
-        machine. Returns the background's rows, then each foreground's."""
+        The foreground requests are made first, so that their planning (tokenisation) runs before the decoding
+        workers take the cores rather than beside them; their rows are then computed while the workers decode.
+        Returns the background's rows, then each foreground's."""
         requests: List[RowRequest] = []
         try:
             for kind, items in (*foreground, background):
