@@ -2,11 +2,13 @@
 (:mod:`capeval.functional.clipscore`).
 
 The two metrics are one scorer with two families (:data:`capeval.registry.FAMILIES`): they differ only in the
-backbone (each family's default model) and the weight ``w``.
+backbone (each family's default model) and the weight ``w``. Their constructor (options, checks, the engine) is
+:class:`ClipEngineScorer`'s, which Polos (:mod:`capeval.scorers.polos`) shares.
 """
 from __future__ import annotations
 
 import os
+from abc import abstractmethod
 from typing import Any, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -14,7 +16,7 @@ import numpy as np
 from capeval.functional import clipscore as functional
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
-from capeval.models.clip.loading import load_backbone
+from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.options import check_scorer_options
 from capeval.registry import FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
@@ -30,30 +32,26 @@ the reference's batch shape keeps per-item features equal to the reference's whe
 images/s in fp16 on an H100) outruns JPEG decoding on 16 processes (2,500 images/s)."""
 
 
-class EmbeddingScorer(Scorer):
-    """Scores captions against images (and optionally references) with a CLIP backbone.
+class ClipEngineScorer(Scorer):
+    """A scorer of one model whose rows come from a :class:`ClipEmbeddingEngine` (CLIP image and caption rows, and
+    the model's own rows beside them): the options, their checks and the engine's construction, shared by CLIP-S,
+    PAC-S and Polos. A subclass loads its model and builds its engine in :meth:`_load`.
 
     Args:
-        model: hub id or local folder of a converted CLIP model; the family's default model when ``None``.
+        model: hub id or local folder of a converted model; the family's default model when ``None``.
         revision: hub revision; the pinned default for known models when ``None``.
         device: torch device; Accelerate's ``PartialState().device`` when ``None``.
         batch_size: images per forward pass; when ``None``, :data:`IMAGE_BATCH_SIZE` on every device.
         text_batch_size: texts per forward pass; when ``None``, 64 on the CPU and 256 on an accelerator
             (:func:`capeval.runtime.default_batch_size`; 256 is the reference scripts' caption batch).
-        precision: ``"auto"`` (default): what the reference code runs at on that device, i.e. fp32 on CPU; on an
-            accelerator fp16 for CLIP-S (``clip.load`` on CUDA) and fp32 for PAC-S (its code calls ``.float()``).
-            ``"fp32"``; ``"fp16"`` (the published CLIP-S arithmetic: fp16 model and fp16 NumPy scoring); ``"bf16"``.
+        precision: ``"auto"`` (default): what the reference code runs at on that device (fp32 on CPU,
+            ``family.accelerator_precision`` on an accelerator); ``"fp32"``, ``"fp16"`` or ``"bf16"``.
         cache_dir: folder of the on-disk embedding cache; none when ``None``.
         num_workers: image decoding processes; ``None``: the CPUs of this process shared among the processes of
             the machine; 0: decode in this process.
         chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
         progress: show progress bars.
     """
-
-    weight: ClassVar[float]
-    """``w`` of the metric."""
-    prompt: ClassVar[str] = "A photo depicts "
-    """Put before every caption, as both reference codes do."""
 
     def __init__(
         self,
@@ -71,15 +69,38 @@ class EmbeddingScorer(Scorer):
     ) -> None:
         check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers)
         super().__init__(device, precision, chunk_size=chunk_size)
-        self.backbone = load_backbone(model if model is not None else self.family.default_model, revision,
-                                      self.device, self.precision)
-        self.engine = ClipEmbeddingEngine(
-            self.backbone, image_batch_size=batch_size or IMAGE_BATCH_SIZE,
+        self.engine = self._load(
+            model if model is not None else self.family.default_model, revision,
+            image_batch_size=batch_size or IMAGE_BATCH_SIZE,
             text_batch_size=text_batch_size or default_batch_size(self.device),
             num_workers=num_workers, cache_dir=cache_dir, progress=progress)
         self._engine_options: Dict[str, Any] = {"cache_dir": cache_dir, "text_batch_size": text_batch_size,
                                                 "num_workers": num_workers, "progress": progress}
-        """What a scorer of videos on this backbone (``PACScore(...).score(videos=...)``) shares with this one."""
+        """The engine options as given, which a scorer of videos on the same backbone
+        (``PACScore(...).score(videos=...)``) shares."""
+
+    @abstractmethod
+    def _load(self, model: PathLike, revision: Optional[str], **engine_options: Any) -> ClipEmbeddingEngine:
+        """Load ``model`` at ``revision`` on :attr:`device` at :attr:`precision`, keep it on the scorer, and return
+        its engine built with ``engine_options`` (the keyword arguments of :class:`ClipEmbeddingEngine`)."""
+
+
+class EmbeddingScorer(ClipEngineScorer):
+    """Scores captions against images (and optionally references) with a CLIP backbone; the arguments are
+    :class:`ClipEngineScorer`'s, with ``precision="auto"`` on an accelerator fp16 for CLIP-S (``clip.load`` on CUDA)
+    and fp32 for PAC-S (its code calls ``.float()``), and ``"fp16"`` the published CLIP-S arithmetic (fp16 model and
+    fp16 NumPy scoring)."""
+
+    weight: ClassVar[float]
+    """``w`` of the metric."""
+    prompt: ClassVar[str] = "A photo depicts "
+    """Put before every caption, as both reference codes do."""
+    backbone: Backbone
+    """The CLIP backbone."""
+
+    def _load(self, model: PathLike, revision: Optional[str], **engine_options: Any) -> ClipEmbeddingEngine:
+        self.backbone = load_backbone(model, revision, self.device, self.precision)
+        return ClipEmbeddingEngine(self.backbone, **engine_options)
 
     @property
     def ref_metric_name(self) -> str:

@@ -17,16 +17,15 @@ import numpy as np
 from capeval.functional import polos as functional
 from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.polos.encoders import PolosEngine, encoder_token_ids
-from capeval.models.polos.loading import load_polos
-from capeval.options import check_scorer_options
+from capeval.models.polos.loading import LoadedPolos, load_polos
 from capeval.registry import FAMILIES
-from capeval.runtime import DeviceLike, default_batch_size
-from capeval.scorers.base import Scorer, model_revision
+from capeval.scorers.base import model_revision
+from capeval.scorers.clipscore import ClipEngineScorer
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class Polos(Scorer):
+class Polos(ClipEngineScorer):
     """Polos: a regressor trained on human judgments (Polaris) over SimCSE sentence embeddings of the candidate and
     each reference and CLIP ViT-B/32 features of the image and the prompted captions.
 
@@ -46,28 +45,14 @@ class Polos(Scorer):
 
     family = FAMILIES["polos"]
 
-    def __init__(
-        self,
-        model: Optional[PathLike] = None,
-        revision: Optional[str] = None,
-        device: DeviceLike = None,
-        batch_size: Optional[int] = None,
-        precision: str = "auto",
-        cache_dir: Optional[PathLike] = None,
-        *,
-        text_batch_size: Optional[int] = None,
-        num_workers: Optional[int] = None,
-        chunk_size: int = 1024,
-        progress: bool = False,
-    ) -> None:
-        check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers)
-        super().__init__(device, precision, chunk_size=chunk_size)
-        self.polos = load_polos(model if model is not None else self.family.default_model, revision, self.device,
-                                self.precision)
-        self.engine = PolosEngine(self.polos, image_batch_size=batch_size or 64,
-                                  text_batch_size=text_batch_size or default_batch_size(self.device),
-                                  num_workers=num_workers, cache_dir=cache_dir, progress=progress)
-        self._encoder_cut: List[TextPosition] = []
+    polos: LoadedPolos
+    """The loaded model: its sentence encoder, CLIP backbone and regressor."""
+    _encoder_cut: List[TextPosition]
+    """Positions of the texts of the current :meth:`score` call cut to the sentence encoder's positions."""
+
+    def _load(self, model: PathLike, revision: Optional[str], **engine_options: Any) -> PolosEngine:
+        self.polos = load_polos(model, revision, self.device, self.precision)
+        return PolosEngine(self.polos, **engine_options)
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
         config = self.polos.config
