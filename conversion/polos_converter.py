@@ -49,6 +49,16 @@ DROPPED = frozenset({"scalar_mix.dropout_mask", "scalar_mix.dropout_fill"})
 """Training-only buffers of the wheel's ``ScalarMixWithDropout``."""
 ENCODER_BUFFERS = frozenset({"embeddings.position_ids", "embeddings.token_type_ids"})
 """Index buffers older transformers versions saved with the encoder (rebuilt by the model, not weights)."""
+SENTENCE_ENCODER_ARCHITECTURE: Dict[str, Any] = {
+    "vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+    "intermediate_size": 3072, "max_position_embeddings": 514, "type_vocab_size": 1, "layer_norm_eps": 1e-5,
+    "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
+"""``RobertaConfig`` values of the sentence encoder of the authors' checkpoint,
+``princeton-nlp/sup-simcse-roberta-base`` (roberta-base's architecture): what ``hub_models/generate_configs.py``
+writes as the hub folder's ``encoder/config.json`` and ``speed/`` builds its full-size stand-in from. A conversion
+copies the ``config.json`` it is given instead."""
+ENCODER_TOKENIZER_CONFIG = {"tokenizer_class": "RobertaTokenizer"}
+"""The converted encoder's ``tokenizer_config.json``: the class that reads its ``vocab.json`` and ``merges.txt``."""
 _ALLOWED_GLOBALS = {
     ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
     ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
@@ -197,8 +207,12 @@ def write_encoder(weights: Mapping[str, torch.Tensor], encoder_config: Path, voc
                  metadata={"format": "pt"})
     shutil.copyfile(vocab, folder / "vocab.json")
     shutil.copyfile(merges, folder / "merges.txt")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}) + "\n",
-                                                  encoding="utf-8")
+    write_tokenizer_config(folder)
+
+
+def write_tokenizer_config(folder: Path) -> None:
+    """The encoder folder's ``tokenizer_config.json`` (:data:`ENCODER_TOKENIZER_CONFIG`)."""
+    (folder / "tokenizer_config.json").write_text(json.dumps(ENCODER_TOKENIZER_CONFIG) + "\n", encoding="utf-8")
 
 
 def convert(checkpoint: Path, encoder_config: Path, vocab: Path, merges: Path, out: Path,

@@ -36,10 +36,6 @@ VILBERT_SPECIAL_TOKENS = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 
 """Token id -> special token, at their ``bert-base-uncased`` positions."""
 
 
-POLOS_ENCODER = {"vocab_size": 50265, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-                 "intermediate_size": 3072, "max_position_embeddings": 514, "type_vocab_size": 1,
-                 "layer_norm_eps": 1e-5, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
-"""``RobertaConfig`` of ``princeton-nlp/sup-simcse-roberta-base`` (roberta-base), Polos's sentence encoder."""
 POLOS_HIDDEN_SIZES = "2304,1152"
 """The regressor's hidden sizes in the authors' ``configs/polos-trainer.yaml``."""
 
@@ -218,10 +214,11 @@ def random_polos_original(work_dir: Path, captions: Sequence[str]) -> Path:
         sys.path.insert(0, tests)
     from transformers import RobertaConfig
 
+    from conversion.polos_converter import SENTENCE_ENCODER_ARCHITECTURE
     from fixtures.polos_checkpoints import build_polos_original
 
-    merges = caption_bpe_merges(captions, POLOS_ENCODER["vocab_size"])
-    build_polos_original(folder, SEED, encoder_config=RobertaConfig(**POLOS_ENCODER), merges=merges,
+    merges = caption_bpe_merges(captions, SENTENCE_ENCODER_ARCHITECTURE["vocab_size"])
+    build_polos_original(folder, SEED, encoder_config=RobertaConfig(**SENTENCE_ENCODER_ARCHITECTURE), merges=merges,
                          clip_model=random_vit_b32_openai(), hidden_sizes=POLOS_HIDDEN_SIZES)
     return folder
 

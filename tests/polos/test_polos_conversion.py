@@ -136,3 +136,24 @@ def test_each_weights_file_records_its_checksum_and_damage_is_refused(polos_dir:
     monkeypatch.setattr(clip_loading, "_CACHE", {})  # the CLIP tower is read from this folder, not reused
     with pytest.raises(DamagedWeightsError, match=f"{weights} has sha256 "):
         load_polos_folder(folder, torch.device("cpu"), "fp32")
+
+
+def test_the_hub_folder_generator_writes_what_conversion_writes(polos_original: PolosOriginal, polos_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """``hub_models/generate_configs.py`` writes, for the CLIP of an original, the converted folder's ``clip/`` files
+    and encoder tokenizer config byte for byte, and a config wherever the conversion writes one; the weights and the
+    encoder's vocabulary are the only other files of a converted folder."""
+    from hub_models.generate_configs import write_polos_metadata
+
+    clip_original = {key[len("clip."):]: value for key, value in polos_original.state_dict.items()
+                     if key.startswith("clip.")}
+    write_polos_metadata(clip_original, "openai", tmp_path)
+    generated = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*") if path.is_file())
+    originals = {"model.safetensors", "capeval_checksums.json", "vocab.json", "merges.txt"}
+    converted = sorted(path.relative_to(polos_dir).as_posix() for path in polos_dir.rglob("*")
+                       if path.is_file() and (path.parent.name != "encoder" or path.name not in originals)
+                       and path.name not in ("model.safetensors", "capeval_checksums.json"))
+    assert generated == converted
+    sized = {"config.json", "encoder/config.json"}  # the tiny sizes here; the hub folder's: test_polos_scorer.py
+    for name in sorted(set(generated) - sized):
+        assert (tmp_path / name).read_bytes() == (polos_dir / name).read_bytes(), name

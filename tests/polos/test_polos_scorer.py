@@ -74,6 +74,22 @@ def test_hub_folder_config_is_the_authors_hparams() -> None:
     assert PolosConfig.load(folder) == polos_config(authors)
 
 
+def test_hub_folder_files_are_the_generators_and_the_encoder_is_roberta_base() -> None:
+    """The committed config files (the folder's, ``clip/``'s and ``encoder/``'s) equal what
+    ``hub_models/generate_configs.py`` writes; the encoder's config is roberta-base's architecture, whose 514
+    positions hold the 512 tokens the scorer's warning names."""
+    from transformers import AutoConfig
+
+    from hub_models.generate_configs import check
+
+    assert check("capeval/polos-clip-vit-b-32") == []
+    encoder = AutoConfig.from_pretrained(REPO_ROOT / "hub_models" / "capeval" / "polos-clip-vit-b-32" / "encoder")
+    assert (encoder.model_type, encoder.architectures) == ("roberta", ["RobertaModel"])
+    assert (encoder.vocab_size, encoder.hidden_size, encoder.num_hidden_layers, encoder.num_attention_heads,
+            encoder.intermediate_size, encoder.max_position_embeddings, encoder.type_vocab_size,
+            encoder.layer_norm_eps, encoder.pad_token_id) == (50265, 768, 12, 12, 3072, 514, 1, 1e-5, 1)
+
+
 def test_capeval_score_command(polos_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     images = tmp_path / "images"
     images.mkdir()
