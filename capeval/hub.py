@@ -11,15 +11,17 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Generic, Hashable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 from capeval.options import local_model_problem
 from capeval.originals import SOURCES
 from capeval.registry import MODELS
 
 ModelRef = Union[str, "os.PathLike[str]"]
+Loaded = TypeVar("Loaded")
 PROVENANCE_NAME = "capeval_provenance.json"
 """The record, in a folder built from original files, of what it was converted from (:mod:`capeval.fetch`)."""
 CHECKSUMS_NAME = "capeval_checksums.json"
@@ -99,6 +101,42 @@ def resolve_model_folder(
             f"{hub_problem} Run once with network access to cache it, or pass {parameter}=<local folder> with a "
             f"converted model (see {converter}). Cause: {cause}") from None
     raise ModelNotAvailableError(hub_problem) from None
+
+
+def pinned_model_folder(model: ModelRef, revision: Optional[str], files: Sequence[str], converter: str,
+                        parameter: str = "model") -> Path:
+    """:func:`resolve_model_folder` of ``model`` at ``revision``, else at capeval's pinned revision
+    (:func:`pinned_revision`): the folder each model family's loader reads, holding ``files``."""
+    return resolve_model_folder(str(model), pinned_revision(str(model), revision), files, converter, parameter)
+
+
+class LoadedModels(Generic[Loaded]):
+    """The models a family's loader has loaded in this process, each kept under the key of what tells two loads
+    apart (model, revision, device, precision, as the loader chooses) and built by the loader's own function the
+    first time its key is asked for. One lock per table is held while an entry is built, so that threads asking for
+    the same model at once load it once; another family's table (a CLIP tower that the Polos loader loads while
+    it builds) has its own lock."""
+
+    def __init__(self) -> None:
+        self._kept: Dict[Hashable, Loaded] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, build: Callable[[], Loaded]) -> Loaded:
+        """The model kept under ``key``, built by ``build()`` and kept if there is none yet."""
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = build()
+            return self._kept[key]
+
+    def build_unkept(self, build: Callable[[], Loaded]) -> Loaded:
+        """``build()`` under the table's lock, not kept: a model loaded with settings that are not to be shared."""
+        with self._lock:
+            return build()
+
+    def clear(self) -> None:
+        """Forget every kept model (the next :meth:`get` of each key loads it again)."""
+        with self._lock:
+            self._kept.clear()
 
 
 def loaded_revision(folder: Path, revision: Optional[str]) -> Optional[str]:

@@ -341,10 +341,11 @@ def _raw_chunk(inputs: Tuple[Iterator[object], ...], start: int, chunk_size: int
 
 def _validated_chunk(
     pool: ThreadPoolExecutor, raw: List[Tuple[object, ...]], start: int, with_references: bool,
-    validate_image_entry: Callable[[Any, int], Any],
+    validate_image_entry: Callable[[Any, int], Any], captions_validated: bool = False,
 ) -> ScoringItems:
     """The items of ``raw`` validated: image entries in ``pool``'s threads (file reads and hashing release the GIL),
     errors raised in item order, each item's image before its texts; equal images share one copy of their data.
+    With ``captions_validated`` the captions are taken as they are (see :func:`iter_scoring_items`).
 
     A file path that recurs in the chunk (an image scored against each of its candidates) is read, checked and hashed
     once: its later items take the first one's validated entry at their own index."""
@@ -374,9 +375,13 @@ def _validated_chunk(
             if changes:
                 item = replace(item, **changes)
             chunk_images.append(item)
-            chunk_captions.append(validate_caption(values[1], f"candidates[{index}]"))
+            caption, refs = values[1], values[2] if with_references else None
+            if not captions_validated:
+                caption = validate_caption(caption, f"candidates[{index}]")
+                refs = validate_references(refs, index) if with_references else None
+            chunk_captions.append(caption)  # type: ignore[arg-type]
             if with_references:
-                chunk_refs.append(validate_references(values[2], index))
+                chunk_refs.append(refs)  # type: ignore[arg-type]
     finally:
         for future in validated.values():
             future.cancel()
@@ -392,13 +397,16 @@ def iter_scoring_items(
     *,
     validate_image_entry: Callable[[Any, int], Any] = validate_image,
     entries: str = "images",
+    captions_validated: bool = False,
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
 
     Each image entry goes through ``validate_image_entry(entry, index)`` (default :func:`validate_image`; a scorer
     that also takes other entries, such as precomputed region features, passes its own; ``entries`` names them in
     errors, ``videos`` for a video metric). Within a chunk, equal images held as :class:`ImageItem` share one copy of
-    their data.
+    their data. ``captions_validated``: the candidates are the strings :func:`validate_caption` returned and the
+    references the tuples :func:`validate_references` returned (a scorer that reads the captions whole first, for a
+    table over all of them, validates them there), taken as they are.
 
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
@@ -412,7 +420,8 @@ def iter_scoring_items(
             raw = _raw_chunk(inputs, start, chunk_size, entries)
             count = len(raw)
             if count:
-                chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry)
+                chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry,
+                                         captions_validated)
                 del raw  # the caller's entries; the chunk holds what scoring needs
                 yield chunk
                 start += count

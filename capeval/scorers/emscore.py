@@ -7,14 +7,17 @@ fine-tuned CLIP. So one scorer serves both: :class:`EMScore` on any CLIP model, 
 
 Captions are encoded as the reference's ``clip.tokenize`` (no prompt; over 77 tokens they are cut, keeping the end
 token, where the reference raises) and ``encode_text(local=True)``; the IDF table is computed over the whole call
-first (the references, else the candidates, or ``idf_corpus``), then items stream in chunks.
+first (the references, else the candidates, or ``idf_corpus``), then items stream in chunks. The captions are
+validated once, when the call reads them whole, and each distinct caption is cleaned and tokenised once per call
+(:class:`CallTexts`): its ids serve the IDF table, the token weights, the batching of its token rows and the
+truncation warning.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import warnings
-from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -22,9 +25,10 @@ from capeval.engine import EmbeddingEngine
 from capeval.functional import emscore as functional
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, check_not_single, \
     iter_scoring_items, validate_caption, validate_references
-from capeval.models.clip.encoders import TextTokenRows
+from capeval.models.clip.encoders import TextTokenRows, TokenizedText
 from capeval.models.clip.frames import VideoFrameRows
 from capeval.models.clip.loading import load_backbone
+from capeval.models.clip.preprocessing import TextTransform
 from capeval.options import check_positive_int, check_scorer_options
 from capeval.registry import EMSCORE_VIEWS, FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
@@ -44,6 +48,36 @@ RESULT_PREFIXES = {view: prefix for prefix, view in EMSCORE_VIEWS.items()}
 def result_name(view: str, key: str) -> str:
     """capeval's result name of the reference's ``results[view][key]``: ``emscore_video_full_f``."""
     return f"{RESULT_PREFIXES[view]}_{key.lower()}"
+
+
+class CallTexts:
+    """The captions of one call, each distinct one cleaned (``prepare``, no prompt) and tokenised once: prepared
+    texts and token ids are kept for the rest of the call."""
+
+    def __init__(self, transform: TextTransform) -> None:
+        self.transform = transform
+        self._prepared: Dict[str, str] = {}
+        self._token_ids: Dict[str, List[int]] = {}
+        self._cut: Set[str] = set()
+
+    def prepare(self, captions: Sequence[str]) -> List[str]:
+        """The prepared text of each caption."""
+        new = [caption for caption in dict.fromkeys(captions) if caption not in self._prepared]
+        self._prepared.update(zip(new, self.transform.prepare(new, "")))
+        return [self._prepared[caption] for caption in captions]
+
+    def token_ids(self, prepared: Sequence[str]) -> List[List[int]]:
+        """The token ids of each prepared text (cut as :meth:`TextTransform.tokenize` cuts)."""
+        new = [text for text in dict.fromkeys(prepared) if text not in self._token_ids]
+        if new:
+            ids, cut = self.transform.tokenize_with_cuts(new)
+            self._token_ids.update(zip(new, ids))
+            self._cut.update(text for text, was_cut in zip(new, cut) if was_cut)
+        return [self._token_ids[text] for text in prepared]
+
+    def truncated(self, prepared: Sequence[str]) -> List[bool]:
+        """Whether each prepared text, tokenised by :meth:`token_ids`, was cut to the context."""
+        return [text in self._cut for text in prepared]
 
 
 class EMScore(Scorer):
@@ -110,6 +144,7 @@ class EMScore(Scorer):
             cache_dir=cache_dir, progress=progress)
         self._weights = functional.UNIFORM
         self._idf_source = "none"
+        self._texts = CallTexts(self.backbone.text_transform)
         self._defined: Dict[str, int] = {}
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -134,16 +169,21 @@ class EMScore(Scorer):
         if references is not None:
             check_not_single("references", references, "a list of lists of strings")
             references = [validate_references(refs, index) for index, refs in enumerate(references)]
-        self._weights, self._idf_source = self._call_weights(candidates, references)
-        self._defined = {"equal_weights": 0, "zero_f": 0}
-        result = super().score([None] * len(candidates) if videos is None else videos, candidates, references)
+        try:
+            self._weights, self._idf_source = self._call_weights(candidates, references)
+            self._defined = {"equal_weights": 0, "zero_f": 0}
+            result = super().score([None] * len(candidates) if videos is None else videos, candidates, references)
+        finally:
+            self._texts = CallTexts(self.backbone.text_transform)  # the call's texts are not kept beyond it
         self._warn_defined()
         return result
 
     def _chunks(self, videos: Iterable[Any], candidates: Iterable[str],
                 references: Optional[Iterable[Sequence[str]]]) -> Iterator[ScoringItems]:
+        """Chunks of the videos validated, with the captions :meth:`score` validated already."""
         return iter_scoring_items(videos, candidates, references, self.chunk_size,
-                                  validate_image_entry=self._validate_video, entries="videos")
+                                  validate_image_entry=self._validate_video, entries="videos",
+                                  captions_validated=True)
 
     def _validate_video(self, video: Any, index: int) -> Optional[VideoItem]:
         if video is None:  # references only: score() put None for every item
@@ -155,11 +195,11 @@ class EMScore(Scorer):
         captions are encoded here while it runs."""
         videos: List[Optional[VideoItem]] = list(chunk.images)
         to_decode = [video for video in videos if video is not None and not video.is_features]
-        texts = self.backbone.text_transform.prepare(chunk.texts()[0], "")
+        texts = self._texts.prepare(chunk.texts()[0])
         distinct = list(dict.fromkeys(texts))  # an item's references recur in every item of its video
-        token_ids = self.backbone.text_transform.tokenize(distinct)
-        frame_rows, token_rows = self.engine.rows_beside((VideoFrameRows.kind, to_decode),
-                                                         (TextTokenRows.kind, distinct))
+        token_ids = self._texts.token_ids(distinct)
+        frame_rows, token_rows = self.engine.rows_beside(
+            (VideoFrameRows.kind, to_decode), (TextTokenRows.kind, list(map(TokenizedText, distinct, token_ids))))
         captions = {text: self._caption(row, ids) for text, row, ids in zip(distinct, token_rows, token_ids)}
         decoded = dict(zip((video.key for video in to_decode), frame_rows))
         dim = self.backbone.model.config.projection_dim
@@ -180,7 +220,7 @@ class EMScore(Scorer):
         scores = functional.collect(items)
         self._defined["equal_weights"] += scores.equal_weight_items
         self._defined["zero_f"] += scores.zero_f_items
-        cut = self.backbone.text_transform.truncated(texts)
+        cut = self._texts.truncated(texts)
         self._record_truncated([where for where, was_cut in zip(chunk.text_positions(), cut) if was_cut])
         return {result_name(view, key): values for view, by_key in scores.scores.items()
                 for key, values in by_key.items()}
@@ -194,11 +234,6 @@ class EMScore(Scorer):
     # IDF
     # ---------------------------------------------------------------------------------------------------------------
 
-    def _token_ids(self, sentences: Sequence[str]) -> List[List[int]]:
-        """``clip.tokenize``'s ids of ``sentences`` from the start to the end token (cut as captions are cut)."""
-        transform = self.backbone.text_transform
-        return transform.tokenize(transform.prepare(sentences, ""))
-
     def _corpus_weights(self, corpus: Sequence[str]) -> Tuple[functional.IdfWeights, str]:
         """The IDF table of a user corpus and its signature entry (``corpus-<count>-<digest>``)."""
         check_not_single("idf_corpus", corpus, "a list of sentences")
@@ -206,7 +241,9 @@ class EMScore(Scorer):
         if not sentences:
             raise InputError("idf_corpus is empty; give at least one sentence")
         digest = hashlib.blake2b("\n".join(sentences).encode(), digest_size=6).hexdigest()
-        return functional.idf_weights(self._token_ids(sentences)), f"corpus-{len(sentences)}-{digest}"
+        transform = self.backbone.text_transform
+        return functional.idf_weights(transform.tokenize(transform.prepare(sentences, ""))), \
+            f"corpus-{len(sentences)}-{digest}"
 
     def _call_weights(self, candidates: Sequence[str],
                       references: Optional[Sequence[Sequence[str]]]) -> Tuple[functional.IdfWeights, str]:
@@ -217,8 +254,14 @@ class EMScore(Scorer):
         if self._corpus is not None:
             return self._corpus
         if references is not None:
-            return functional.idf_weights(self._token_ids([ref for refs in references for ref in refs])), "references"
-        return functional.idf_weights(self._token_ids(candidates)), "candidates"
+            return functional.idf_weights(self._call_token_ids([ref for refs in references for ref in refs])), \
+                "references"
+        return functional.idf_weights(self._call_token_ids(candidates)), "candidates"
+
+    def _call_token_ids(self, captions: Sequence[str]) -> List[List[int]]:
+        """``clip.tokenize``'s ids of the call's ``captions`` from the start to the end token (cut as captions are
+        cut), one list per caption (repeats included)."""
+        return self._texts.token_ids(self._texts.prepare(captions))
 
     # ---------------------------------------------------------------------------------------------------------------
     # Reporting

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from capeval import ModelNotAvailableError, PACScore
+from capeval.hub import LoadedModels
 from capeval.registry import MODELS
 from capeval.models.clip.loading import load_backbone
 from capeval.options import PRECISION_DTYPES
@@ -28,7 +29,7 @@ def test_loading_prints_no_progress_bar_and_keeps_the_setting(tiny_openai_clip, 
 
     from capeval.models.clip import loading
 
-    monkeypatch.setattr(loading, "_CACHE", {})  # load again
+    monkeypatch.setattr(loading, "_LOADED", LoadedModels())  # load again
     transformers_logging.enable_progress_bar()
     load_backbone(tiny_openai_clip.hf_dir, device="cpu")
     assert "Loading weights" not in capfd.readouterr().err

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from capeval import CLIPScore, InputError
+from capeval.hub import LoadedModels
 from capeval.inputs import TruncationWarning, images_by_stem
 from capeval.models.clip import loading
 
@@ -151,7 +152,7 @@ def test_texts_read_from_the_disk_cache_are_still_counted_as_truncated(tiny_open
     image_1, _ = example_images
     long_caption = "a very long caption about a dog " * 20
     for texts_encoded in (2, 0):  # a later run on the same cache folder encodes (and tokenises) no text
-        monkeypatch.setattr(loading, "_CACHE", {})  # each run loads its own backbone, as a new process would
+        monkeypatch.setattr(loading, "_LOADED", LoadedModels())  # each run loads its own backbone, as a new process would
         scorer = CLIPScore(model=tiny_openai_clip.hf_dir, cache_dir=tmp_path)
         with pytest.warns(TruncationWarning) as record:
             scorer.score([image_1], [long_caption], [["short", long_caption]])

@@ -368,6 +368,7 @@ def test_no_loading_bar_and_download_bars_only_when_verbose(tiny_openai_clip, mo
     from huggingface_hub.utils import are_progress_bars_disabled
 
     from capeval.commands import score
+    from capeval.hub import LoadedModels
     from capeval.models.clip import loading
 
     run = score.run
@@ -380,7 +381,7 @@ def test_no_loading_bar_and_download_bars_only_when_verbose(tiny_openai_clip, mo
     monkeypatch.setattr(score, "run", recording_run)
     shown = {}
     for verbose in (False, True):
-        monkeypatch.setattr(loading, "_CACHE", {})  # load the weights again
+        monkeypatch.setattr(loading, "_LOADED", LoadedModels())  # load the weights again
         assert main((["--verbose"] if verbose else []) + score_command(tiny_openai_clip.hf_dir)) == 0
         shown[verbose] = "Loading weights" in capsys.readouterr().err
     assert shown == {False: False, True: False}

@@ -133,6 +133,49 @@ def test_idf_options(tiny_openai_clip: TinyClip, scorer: EMScore, videos: List[P
         EMScore(model=tiny_openai_clip.hf_dir, idf={1: 0.5})
 
 
+def test_each_caption_is_validated_once_and_tokenised_once_per_call(tiny_openai_clip: TinyClip,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over chunks of two items, with a reference that recurs in every item, a candidate that is also a reference,
+    two captions that clean to one text and a caption cut to the context: every caption is validated once, and every
+    distinct prepared text goes through the tokenizer once (for the IDF table, the token weights, the batching of
+    its token rows and the truncation warning alike)."""
+    from capeval import inputs
+    from capeval.scorers import emscore
+
+    long_caption = "a dog " * 60
+    candidates = ["a red block slides", "A Red Block  Slides", "noise on a dark background", long_caption]
+    references = [["a red block slides", "static noise"], ["static noise"], ["static noise", "a noisy picture"],
+                  ["static noise", long_caption]]
+    scorer = EMScore(model=tiny_openai_clip.hf_dir, device="cpu", num_workers=0, chunk_size=2)
+    validated: List[str] = []
+    validate_caption = inputs.validate_caption
+
+    def counting_validation(caption: object, where: str) -> str:
+        validated.append(where)
+        return validate_caption(caption, where)
+
+    monkeypatch.setattr(inputs, "validate_caption", counting_validation)
+    monkeypatch.setattr(emscore, "validate_caption", counting_validation)
+    transform = scorer.backbone.text_transform
+    tokenizer = transform.tokenizer
+    tokenised: List[str] = []
+
+    def counting_tokenizer(texts: List[str], **options: object) -> object:
+        tokenised.extend(texts)
+        return tokenizer(texts, **options)
+
+    monkeypatch.setattr(transform, "tokenizer", counting_tokenizer)
+    videos = [VideoFeatures(features(seed)) for seed in range(len(candidates))]
+    with pytest.warns(TruncationWarning, match=r"candidates\[3\], references\[3\]\[1\]"):
+        result = scorer.score(videos, candidates, references)
+    assert sorted(validated) == sorted([f"candidates[{index}]" for index in range(len(candidates))]
+                                       + [f"references[{index}][{number}]" for index, refs in enumerate(references)
+                                          for number in range(len(refs))])
+    distinct = set(transform.prepare([*candidates, *(ref for refs in references for ref in refs)], ""))
+    assert len(distinct) == 5 and sorted(tokenised) == sorted(distinct)
+    assert np.isfinite(result["emscore_video_refs_full_fs"]).all() and len(result["emscore_video_refs_full_fs"]) == 4
+
+
 def test_undefined_results_warn_with_a_count(scorer: EMScore) -> None:
     """One item with one reference: the IDF corpus is that one sentence, every table value is 0 and the reference
     gives NaN; here the reference's tokens weigh equally."""

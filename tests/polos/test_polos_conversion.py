@@ -120,7 +120,7 @@ def test_a_checkpoint_without_the_wheels_keys_is_refused(polos_original: PolosOr
 @pytest.mark.parametrize("part", [".", "encoder", "clip"])
 def test_each_weights_file_records_its_checksum_and_damage_is_refused(polos_dir: Path, part: str, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from capeval.hub import CHECKSUMS_NAME, DamagedWeightsError
+    from capeval.hub import CHECKSUMS_NAME, DamagedWeightsError, LoadedModels
     from capeval.models.clip import loading as clip_loading
     from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER
     from capeval.models.polos.loading import load_polos_folder
@@ -133,7 +133,7 @@ def test_each_weights_file_records_its_checksum_and_damage_is_refused(polos_dir:
     data = bytearray(weights.read_bytes())
     data[-100] ^= 0xFF
     weights.write_bytes(bytes(data))
-    monkeypatch.setattr(clip_loading, "_CACHE", {})  # the CLIP tower is read from this folder, not reused
+    monkeypatch.setattr(clip_loading, "_LOADED", LoadedModels())  # the CLIP tower is read from here, not reused
     with pytest.raises(DamagedWeightsError, match=f"{weights} has sha256 "):
         load_polos_folder(folder, torch.device("cpu"), "fp32")
 

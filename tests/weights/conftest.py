@@ -16,6 +16,7 @@ import pytest
 from nltk.downloader import Downloader
 
 from capeval.fetch import MIRROR_VARIABLE
+from capeval.hub import LoadedModels
 from capeval.models.clip import loading as clip_loading
 from capeval.models.scan import loading as scan_loading
 from capeval.models.vilbert import loading as vilbert_loading
@@ -109,7 +110,7 @@ def online(server: OriginalsServer, stand_in_table: Dict[str, ModelSource], nltk
                         raising=False)
     monkeypatch.setattr(nltk, "download", Downloader(nltk_index, str(tmp_path / "nltk_data")).download)
     for module in (clip_loading, scan_loading, vilbert_loading):
-        monkeypatch.setattr(module, "_CACHE", {})
+        monkeypatch.setattr(module, "_LOADED", LoadedModels())
     refuse_other_hosts(monkeypatch)
     server.requests.clear()
     server.misbehaviour.clear()

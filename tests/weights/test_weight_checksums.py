@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from capeval import hub
-from capeval.hub import CHECKSUMS_NAME, DamagedWeightsError, check_weights, weights_problem
+from capeval.hub import CHECKSUMS_NAME, DamagedWeightsError, LoadedModels, check_weights, weights_problem
 from capeval.models.bridge.loading import load_bridge
 from capeval.models.clip import loading as clip_loading
 from capeval.models.regions.detectors import load_detector
@@ -26,7 +26,7 @@ WEIGHTS = "model.safetensors"
 
 def load_clip(folder: Path) -> object:
     """The backbone read from ``folder`` (not the one the loader keeps per process)."""
-    clip_loading._CACHE.clear()
+    clip_loading._LOADED.clear()
     return clip_loading.load_backbone(folder, device="cpu")
 
 
@@ -43,7 +43,7 @@ LOADERS: Dict[str, Callable[[Path], object]] = {
 @pytest.fixture(autouse=True)
 def fresh_clip_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The loader's kept backbones are this test's alone."""
-    monkeypatch.setattr(clip_loading, "_CACHE", {})
+    monkeypatch.setattr(clip_loading, "_LOADED", LoadedModels())
 
 
 def damage(path: Path, offset_from_end: int = 1000) -> None:

@@ -10,7 +10,7 @@ from typing import Optional, Union
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, check_weights, folder_fingerprint, pinned_revision, resolve_model_folder, save_weights
+from capeval.hub import ModelRef, check_weights, folder_fingerprint, pinned_model_folder, pinned_revision, save_weights
 from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
@@ -43,8 +43,7 @@ def save_bridge(model: BridgeModel, folder: Union[str, Path]) -> Path:
 def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
     """The folder of a BRIDGE model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_bridge` reads."""
-    return resolve_model_folder(str(model), pinned_revision(str(model), revision), [CONFIG_NAME, WEIGHTS_NAME],
-                                "capeval train bridge")
+    return pinned_model_folder(model, revision, [CONFIG_NAME, WEIGHTS_NAME], "capeval train bridge")
 
 
 def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceLike = None,

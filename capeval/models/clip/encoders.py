@@ -7,8 +7,9 @@ planned. Decoding starts when the engine requests the rows and runs ahead of the
 depth. Groups travel as NumPy arrays through the loader's pipes rather than as tensors in shared memory: reading a
 fresh shared-memory segment per group cost 20x more on a measured machine (60 ms against 2.7 ms per group of 8).
 
-Texts: each distinct prepared text is tokenised once, and texts are batched by token length so padding stays short
-(in float32; reduced precision pads to the context, as the reference does).
+Texts: each distinct prepared text is tokenised once (token rows take texts the caller has tokenised), and texts are
+batched by token length so padding stays short (in float32; reduced precision pads to the context, as the reference
+does).
 
 The on-disk namespace covers the model fingerprint, dtype, preprocessing and forward versions and the transform
 settings (float32 rows keep the namespace they had before these producers existed).
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Iterator, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from capeval.engine import Batch, EmbeddingEngine, RowProducer, fixed_size_batches, to_rows
+from capeval.engine import Batch, EmbeddingEngine, Item, RowProducer, fixed_size_batches, to_rows
 from capeval.inputs import ImageItem, InputError
 from capeval.models.clip.decoding import DecodedImages, Groups, as_is, started_workers, worker_context
 from capeval.models.clip.loading import Backbone
@@ -121,10 +122,8 @@ class ImageRows(RowProducer[ImageItem]):
             raise
 
 
-class TextRows(RowProducer[str]):
-    """Projected text features (not normalised) of prepared (prompted, cleaned) texts, keyed by the text."""
-
-    kind = "text"
+class _TextBatches(RowProducer[Item]):
+    """What CLIP's text producers share: batches of texts of similar token length, and their padding."""
 
     def __init__(self, backbone: Backbone, batch_size: int) -> None:
         if batch_size < 1:
@@ -132,22 +131,11 @@ class TextRows(RowProducer[str]):
         self.backbone = backbone
         self.batch_size = batch_size
 
-    def key(self, item: str) -> str:
-        return item
-
-    def cache_key(self) -> str:
-        return backbone_cache_key(self.backbone, f"context={self.backbone.text_transform.context_length}")
-
-    def plan(self, items: Mapping[str, str]) -> List[Batch]:
-        """Batches of texts of similar token length (payload: token ids), so padding stays short."""
-        keys = list(items)
-        token_ids = dict(zip(keys, self.backbone.text_transform.tokenize(keys)))
-        ordered = sorted(keys, key=lambda key: len(token_ids[key]))
+    def _by_length(self, token_ids: Mapping[str, Sequence[int]]) -> List[Batch]:
+        """Batches of texts (key -> token ids) of similar token length (payload: token ids), so padding stays
+        short; texts of equal length keep their order."""
+        ordered = sorted(token_ids, key=lambda key: len(token_ids[key]))
         return fixed_size_batches({key: token_ids[key] for key in ordered}, self.batch_size)
-
-    def encode(self, batches: List[List[List[int]]]) -> Iterator[np.ndarray]:
-        for batch in batches:
-            yield to_rows(self.backbone.encode_texts(self._padded(batch)))
 
     def _padded(self, batch: List[List[int]]) -> torch.Tensor:
         """In float32 a batch is padded to its longest text; in reduced precision to the full context, as
@@ -156,15 +144,51 @@ class TextRows(RowProducer[str]):
         return pad_token_ids(batch, length)
 
 
-class TextTokenRows(TextRows):
+class TextRows(_TextBatches[str]):
+    """Projected text features (not normalised) of prepared (prompted, cleaned) texts, keyed by the text."""
+
+    kind = "text"
+
+    def key(self, item: str) -> str:
+        return item
+
+    def cache_key(self) -> str:
+        return backbone_cache_key(self.backbone, f"context={self.backbone.text_transform.context_length}")
+
+    def plan(self, items: Mapping[str, str]) -> List[Batch]:
+        """The texts tokenised, in batches of similar token length."""
+        keys = list(items)
+        return self._by_length(dict(zip(keys, self.backbone.text_transform.tokenize(keys))))
+
+    def encode(self, batches: List[List[List[int]]]) -> Iterator[np.ndarray]:
+        for batch in batches:
+            yield to_rows(self.backbone.encode_texts(self._padded(batch)))
+
+
+class TokenizedText(NamedTuple):
+    """A prepared text and its token ids (:meth:`~capeval.models.clip.preprocessing.TextTransform.tokenize`)."""
+
+    text: str
+    token_ids: Sequence[int]
+
+
+class TextTokenRows(_TextBatches[TokenizedText]):
     """Projected features (not normalised) of every token of prepared texts, from the start token to the end token:
     EMScore's ``encode_text(local=True)`` rows, keyed by the text; ragged rows ``(length * dim,)`` read with
-    :meth:`~capeval.engine.EmbeddingEngine.row_list` (reshape to ``(-1, dim)``)."""
+    :meth:`~capeval.engine.EmbeddingEngine.row_list` (reshape to ``(-1, dim)``). The items come tokenised (the
+    scorer needs the ids too, to weight the tokens), so planning does not tokenise them again."""
 
     kind = "text_tokens"
 
+    def key(self, item: TokenizedText) -> str:
+        return item.text
+
     def cache_key(self) -> str:
         return backbone_cache_key(self.backbone, f"tokens|context={self.backbone.text_transform.context_length}")
+
+    def plan(self, items: Mapping[str, TokenizedText]) -> List[Batch]:
+        """The texts in batches of similar token length."""
+        return self._by_length({key: item.token_ids for key, item in items.items()})
 
     def encode(self, batches: List[List[List[int]]]) -> Iterator[List[np.ndarray]]:
         for batch in batches:

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import torch
 from transformers import AutoTokenizer, CLIPModel
 
-from capeval.hub import (ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint, loaded_revision,
-                         pinned_revision, resolve_model_folder, without_loading_bars)
+from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint,
+                         loaded_revision, pinned_model_folder, pinned_revision, without_loading_bars)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -82,12 +81,11 @@ def _image_transform(folder: Path) -> ImageTransform:
 def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
     """The folder of a CLIP model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_backbone` reads, downloaded or converted now if need be."""
-    return resolve_model_folder(str(model), pinned_revision(str(model), revision), _HUB_FILES,
-                                "conversion/convert_clip.py")
+    return pinned_model_folder(model, revision, _HUB_FILES, "conversion/convert_clip.py")
 
 
-_CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], Backbone] = {}
-_LOCK = threading.Lock()
+_LOADED: LoadedModels[Backbone] = LoadedModels()
+"""The backbones loaded in this process, by (model, revision, device, dtype)."""
 
 
 def load_backbone(
@@ -101,17 +99,17 @@ def load_backbone(
     name = str(model)
     revision = pinned_revision(name, revision)
     target = resolve_device(device)
-    key = (name, revision, str(target), dtype)
-    with _LOCK:
-        if key not in _CACHE:
-            folder = model_folder(name, revision)
-            check_weights(folder, [WEIGHTS_NAME])
-            with without_loading_bars():
-                clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
-            tokenizer = AutoTokenizer.from_pretrained(folder)
-            tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
-            context_length = clip.config.text_config.max_position_embeddings
-            text_transform = TextTransform(tokenizer, context_length, tokenizer.eos_token_id)
-            _CACHE[key] = Backbone(clip, _image_transform(folder), text_transform, name,
-                                   loaded_revision(folder, revision), folder, target, dtype)
-        return _CACHE[key]
+
+    def build() -> Backbone:
+        folder = model_folder(name, revision)
+        check_weights(folder, [WEIGHTS_NAME])
+        with without_loading_bars():
+            clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
+        context_length = clip.config.text_config.max_position_embeddings
+        text_transform = TextTransform(tokenizer, context_length, tokenizer.eos_token_id)
+        return Backbone(clip, _image_transform(folder), text_transform, name, loaded_revision(folder, revision),
+                        folder, target, dtype)
+
+    return _LOADED.get((name, revision, str(target), dtype), build)

@@ -129,9 +129,16 @@ class TextTransform:
 
     def tokenize(self, prepared: Sequence[str]) -> List[List[int]]:
         """Token ids of prepared texts, cut to ``context_length`` with the last kept token replaced by the end token."""
+        return self.tokenize_with_cuts(prepared)[0]
+
+    def tokenize_with_cuts(self, prepared: Sequence[str]) -> Tuple[List[List[int]], List[bool]]:
+        """:meth:`tokenize`'s ids of prepared texts and whether each was cut (what :meth:`truncated` says of it), from
+        one pass of the tokenizer."""
         encoded = self.tokenizer(list(prepared), add_special_tokens=True, truncation=False)["input_ids"]
         limit = self.context_length
-        return [tokens if len(tokens) <= limit else tokens[: limit - 1] + [self.end_token_id] for tokens in encoded]
+        cut = [len(tokens) > limit for tokens in encoded]
+        return [tokens[: limit - 1] + [self.end_token_id] if was_cut else tokens
+                for tokens, was_cut in zip(encoded, cut)], cut
 
     def truncated(self, prepared: Sequence[str]) -> List[bool]:
         """Whether each prepared text exceeds the context. Each distinct text is tokenised once, and only if it has

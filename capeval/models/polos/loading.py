@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -21,8 +20,8 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from capeval.configuration import CONFIG_NAME
 from capeval.functional.polos import Layer
-from capeval.hub import (ModelRef, check_weights, folder_fingerprint, loaded_revision, pinned_revision,
-                         resolve_model_folder, without_loading_bars)
+from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision,
+                         pinned_model_folder, pinned_revision, without_loading_bars)
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
 from capeval.models.polos.modeling import PolosSentenceEncoder
@@ -107,20 +106,20 @@ def load_polos_folder(folder: Path, device: torch.device, precision: str, name: 
 def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
     """The folder of a Polos model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_polos` reads, downloaded or converted now if need be."""
-    return resolve_model_folder(model, pinned_revision(model, revision), HUB_FILES, CONVERTER)
+    return pinned_model_folder(model, revision, HUB_FILES, CONVERTER)
 
 
-_CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], LoadedPolos] = {}
-_LOCK = threading.Lock()
+_LOADED: LoadedModels[LoadedPolos] = LoadedModels()
+"""The Polos models loaded in this process, by (model, revision, device, dtype)."""
 
 
 def load_polos(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedPolos:
     """A hub id (at ``revision``, else capeval's pinned one) or local folder, loaded once per process per
     (model, revision, device, precision)."""
     revision = pinned_revision(model, revision)
-    key = (str(model), revision, str(device), precision_dtype(precision))
-    with _LOCK:
-        if key not in _CACHE:
-            folder = model_folder(model, revision)
-            _CACHE[key] = load_polos_folder(folder, device, precision, str(model), loaded_revision(folder, revision))
-        return _CACHE[key]
+
+    def build() -> LoadedPolos:
+        folder = model_folder(model, revision)
+        return load_polos_folder(folder, device, precision, str(model), loaded_revision(folder, revision))
+
+    return _LOADED.get((str(model), revision, str(device), precision_dtype(precision)), build)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Type, Union
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
+from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_model_folder, pinned_revision
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
 from capeval.registry import MetricFamily, default_model
@@ -90,8 +90,7 @@ def detector_folder(model: Union[str, Path], revision: Optional[str] = None, par
     """The folder of a detector (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_detector` reads, downloaded or converted now if need be; ``parameter`` names the argument that
     took ``model`` in the error when it cannot be had."""
-    return resolve_model_folder(str(model), pinned_revision(str(model), revision), (CONFIG_NAME, WEIGHTS_NAME),
-                                "conversion/convert_regions.py", parameter)
+    return pinned_model_folder(model, revision, (CONFIG_NAME, WEIGHTS_NAME), "conversion/convert_regions.py", parameter)
 
 
 def load_detector(model: Union[str, Path], revision: Optional[str] = None,

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Optional, Union
 
 import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_revision, resolve_model_folder
+from capeval.hub import (LoadedModels, check_weights, folder_fingerprint, loaded_revision, pinned_model_folder,
+                         pinned_revision)
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
@@ -63,12 +63,11 @@ def load_scan_model(folder: Union[str, Path], device: Union[str, torch.device] =
 def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
     """The folder of a SCAN model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_scan` reads, downloaded or converted now if need be."""
-    return resolve_model_folder(str(model), pinned_revision(str(model), revision), HUB_FILES,
-                                "conversion/convert_scan.py")
+    return pinned_model_folder(model, revision, HUB_FILES, "conversion/convert_scan.py")
 
 
-_CACHE: Dict[Tuple[str, Optional[str], str], LoadedScan] = {}
-_LOCK = threading.Lock()
+_LOADED: LoadedModels[LoadedScan] = LoadedModels()
+"""The SCAN models loaded in this process with the installed Punkt parameters, by (model, revision, device)."""
 
 
 def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLike = None,
@@ -80,17 +79,16 @@ def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLik
     name = str(model)
     revision = pinned_revision(name, revision)
     target = resolve_device(device)
-    key = (name, revision, str(target))
-    with _LOCK:
-        if key not in _CACHE or punkt is not None:
-            folder = model_folder(name, revision)
-            tokenizer = ScanTokenizer.from_folder(folder, punkt)
-            scan = load_scan_model(folder, target)
-            if len(tokenizer) != scan.config.vocab_size:
-                raise ValueError(f"{folder}: {VOCAB_NAME} has {len(tokenizer)} words, the embedding "
-                                 f"{scan.config.vocab_size} rows")
-            loaded = LoadedScan(scan, tokenizer, name, loaded_revision(folder, revision), folder, target)
-            if punkt is not None:
-                return loaded
-            _CACHE[key] = loaded
-        return _CACHE[key]
+
+    def build() -> LoadedScan:
+        folder = model_folder(name, revision)
+        tokenizer = ScanTokenizer.from_folder(folder, punkt)
+        scan = load_scan_model(folder, target)
+        if len(tokenizer) != scan.config.vocab_size:
+            raise ValueError(f"{folder}: {VOCAB_NAME} has {len(tokenizer)} words, the embedding "
+                             f"{scan.config.vocab_size} rows")
+        return LoadedScan(scan, tokenizer, name, loaded_revision(folder, revision), folder, target)
+
+    if punkt is not None:  # a tokenizer of the caller's own: loaded for this caller alone
+        return _LOADED.build_unkept(build)
+    return _LOADED.get((name, revision, str(target)), build)

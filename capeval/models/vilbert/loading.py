@@ -3,18 +3,17 @@ as in the original checkpoint without ``bert.``) and ``vocab.txt`` (bert-base-un
 ``conversion/convert_vilbert.py`` writes them, from a local folder or the hub; once per process per setting."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Optional, Union
 
 import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import (ModelRef, check_weights, folder_fingerprint, loaded_revision, pinned_revision,
-                         resolve_model_folder)
+from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision,
+                         pinned_model_folder, pinned_revision)
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
@@ -58,11 +57,11 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
 def model_folder(model: ModelRef, revision: Optional[str] = None) -> Path:
     """The folder of a ViLBERT model (hub id at ``revision``, else capeval's pinned one, or local folder) holding the
     files :func:`load_vilbert` reads, downloaded or converted now if need be."""
-    return resolve_model_folder(model, pinned_revision(model, revision), MODEL_FILES, CONVERTER)
+    return pinned_model_folder(model, revision, MODEL_FILES, CONVERTER)
 
 
-_CACHE: Dict[Tuple[str, Optional[str], str, torch.dtype], LoadedVilbert] = {}
-_LOCK = threading.Lock()
+_LOADED: LoadedModels[LoadedVilbert] = LoadedModels()
+"""The ViLBERT models loaded in this process, by (model, revision, device, dtype)."""
 
 
 def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedVilbert:
@@ -70,9 +69,9 @@ def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device,
     (model, revision, device, precision)."""
     revision = pinned_revision(model, revision)
     dtype = precision_dtype(precision)
-    key = (str(model), revision, str(device), dtype)
-    with _LOCK:
-        if key not in _CACHE:
-            folder = model_folder(model, revision)
-            _CACHE[key] = load_vilbert_folder(folder, device, dtype, str(model), loaded_revision(folder, revision))
-        return _CACHE[key]
+
+    def build() -> LoadedVilbert:
+        folder = model_folder(model, revision)
+        return load_vilbert_folder(folder, device, dtype, str(model), loaded_revision(folder, revision))
+
+    return _LOADED.get((str(model), revision, str(device), dtype), build)
