@@ -2,7 +2,8 @@
 fp32 matmul peak measured in the same run.
 
     python speed/report.py [--quick] [--families clip-s,tigerscore,vilbertscore,bridge,emscore] [--device cpu|cuda]
-                           [--threads T] [--originals FILE] [--json-out FILE] [--markdown-out FILE]
+                           [--images FAMILY=N ...] [--threads T] [--originals FILE] [--json-out FILE]
+                           [--markdown-out FILE]
 
 Each family is measured by its own speed script, each run in fresh processes through its ``--json-out``
 (``_report/families.py``): ``throughput.py`` (CLIP-S, standing for PAC-S too, against torchmetrics and the
@@ -17,7 +18,9 @@ Printed: the table (also written as Markdown by ``--markdown-out``), then one PA
 every family >= 3x its original end to end, memory flat in items (the larger run's peak within 10% of the smaller
 run's; for EMScore, video length), the CLIP, ViLBERT and SCAN GRU forwards at >= 70% of the matmul peak. ``--quick``
 uses small sizes (a smoke run of a few minutes on two cores: 40 image files for CLIP-S, 100 / 4 / 2 Expert images
-for TIGEr / ViLBERTScore / BRIDGE, one video for EMScore).
+for TIGEr / ViLBERTScore / BRIDGE, one video for EMScore). ``--images FAMILY=N`` (repeated) sets one family's size
+between those and the full one: N image files for CLIP-S, the first N Expert images for TIGEr, ViLBERTScore and
+BRIDGE, and N // 2 for the memory check.
 """
 from __future__ import annotations
 
@@ -28,9 +31,10 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR
+from _report.families import SIZED_FAMILIES
 
 FAMILY_NAMES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "emscore")
 
@@ -41,6 +45,10 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--families", default=",".join(FAMILY_NAMES),
                         help=f"comma-separated subset of {', '.join(FAMILY_NAMES)} (default: all)")
     parser.add_argument("--device", default="cpu", help="device of the scripts that take one (cpu, cuda, ...)")
+    parser.add_argument("--images", action="append", default=[], metavar="FAMILY=N",
+                        help=f"one family's benchmark size, repeated (families: {', '.join(SIZED_FAMILIES)}): N "
+                             "image files for clip-s, the first N Expert images for the others; the memory check "
+                             "runs at N // 2 (overrides --quick's and the full size of that family)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads everywhere")
     parser.add_argument("--originals", type=Path, help="the original implementations' figures (JSON)")
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench",
@@ -55,7 +63,26 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     unknown = [name for name in arguments.families if name not in FAMILY_NAMES]
     if unknown or not arguments.families:
         parser.error(f"--families: choose from {', '.join(FAMILY_NAMES)} (got {unknown or 'none'})")
+    arguments.images = family_sizes(parser, arguments.images, arguments.families)
     return arguments
+
+
+def family_sizes(parser: argparse.ArgumentParser, given: Sequence[str], families: Sequence[str]) -> Dict[str, int]:
+    """``--images`` values (``FAMILY=N``) as {family: N}; a parser error names a malformed value, a family that has no
+    such size or is not run, a size under 2 (the memory check runs at N // 2) or a family given twice."""
+    sizes: Dict[str, int] = {}
+    for text in given:
+        family, equals, number = text.partition("=")
+        if not equals or family not in SIZED_FAMILIES:
+            parser.error(f"--images {text!r}: FAMILY=N with FAMILY one of {', '.join(SIZED_FAMILIES)}")
+        if family not in families:
+            parser.error(f"--images {text!r}: {family} is not in --families")
+        if family in sizes:
+            parser.error(f"--images {text!r}: {family} is given twice")
+        if not number.isdigit() or int(number) < 2:
+            parser.error(f"--images {text!r}: N must be a whole number >= 2 (the memory check runs at N // 2)")
+        sizes[family] = int(number)
+    return sizes
 
 
 def machine() -> str:
@@ -83,7 +110,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     results = []
     with tempfile.TemporaryDirectory(prefix="capeval-report-") as out_dir:
         settings = Settings(arguments.device, arguments.threads, arguments.quick, arguments.work_dir,
-                            arguments.data_dir, arguments.clip, arguments.nltk_data, Path(out_dir), originals)
+                            arguments.data_dir, arguments.clip, arguments.nltk_data, Path(out_dir), originals,
+                            arguments.images)
         for name in arguments.families:
             results += FAMILIES[name](settings)
             loads.append(os.getloadavg()[0])
@@ -102,6 +130,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         arguments.json_out.write_text(json.dumps({
             "date": started, "machine": machine(), "threads": arguments.threads, "device": arguments.device,
             "load_averages": loads, "matmul_flops_per_second": peak, "quick": arguments.quick,
+            "sizes": arguments.images,
             "originals": None if originals is None else str(originals.path), "families": as_json(results, peak),
             "targets": lines}, indent=1), encoding="utf-8")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from _paths import REPO_ROOT
 from _report.originals import Originals
@@ -71,6 +71,9 @@ class Settings:
     nltk_data: Optional[Path]
     out_dir: Path
     originals: Optional[Originals]
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    """Family name -> its benchmark size from ``--images FAMILY=N`` (image files for CLIP-S, Expert images for the
+    others), replacing the full and the ``--quick`` size."""
 
 
 def run_script(script: str, arguments: List[str], json_out: Path) -> Dict[str, Any]:
@@ -87,8 +90,16 @@ def run_script(script: str, arguments: List[str], json_out: Path) -> Dict[str, A
     return json.loads(json_out.read_text(encoding="utf-8"))
 
 
-def _sizes(settings: Settings, quick: Tuple[int, int], full: Tuple[int, int]) -> Tuple[int, int]:
-    """(benchmark size, smaller size for the memory check)."""
+SIZED_FAMILIES = ("clip-s", "tigerscore", "vilbertscore", "bridge")
+"""The families whose workload size ``--images FAMILY=N`` sets (EMScore's VATEX-EVAL workload has its own sizes)."""
+
+
+def _sizes(settings: Settings, family: str, quick: Tuple[int, int], full: Tuple[int, int]) -> Tuple[int, int]:
+    """(benchmark size, smaller size for the memory check): ``--images FAMILY=N`` gives (N, N // 2), else the quick
+    or the full sizes."""
+    if family in settings.sizes:
+        size = settings.sizes[family]
+        return size, max(1, size // 2)
     return quick if settings.quick else full
 
 
@@ -103,7 +114,7 @@ def clip_s(settings: Settings) -> List[FamilyResult]:
     from _flops import vit_image_macs
     from _models import random_vit_b32_folder
 
-    size, small = _sizes(settings, (40, 20), (1125, 560))
+    size, small = _sizes(settings, "clip-s", (40, 20), (1125, 560))
     common = [*_common(settings), "--work-dir", str(settings.work_dir), "--data-dir", str(settings.data_dir)]
     run = run_script("throughput.py", [*common, "--images", str(size), "--peers",
                                        "capeval,torchmetrics,reference-batched,capeval-images"],
@@ -169,7 +180,7 @@ def tigerscore(settings: Settings) -> List[FamilyResult]:
     if settings.nltk_data is not None:
         extra += ["--nltk-data", str(settings.nltk_data)]
     result = _expert_family(settings, "tigerscore", "TIGEr", "tiger_speed.py",
-                            _sizes(settings, (100, 50), (1000, 500)), extra,
+                            _sizes(settings, "tigerscore", (100, 50), (1000, 500)), extra,
                             _rates({"SCAN bidirectional GRU (batch 256)": "gru",
                                     "SCAN region projection (batch 64)": "region_projection",
                                     "TIGEr grounding, float64 NumPy": "grounding_float64"}))
@@ -179,7 +190,7 @@ def tigerscore(settings: Settings) -> List[FamilyResult]:
 def vilbertscore(settings: Settings) -> List[FamilyResult]:
     extra = ["--data-dir", str(settings.data_dir), *(["--batch-size", "16"] if settings.quick else [])]
     return [_expert_family(settings, "vilbertscore", "ViLBERTScore", "vilbertscore_speed.py",
-                          _sizes(settings, (4, 2), (1000, 500)), extra,
+                          _sizes(settings, "vilbertscore", (4, 2), (1000, 500)), extra,
                           _rates({f"ViLBERT trunk (batch {16 if settings.quick else 64})": "trunk"}))]
 
 
@@ -187,8 +198,8 @@ def bridge(settings: Settings) -> List[FamilyResult]:
     extra = ["--data-dir", str(settings.data_dir)]
     if settings.nltk_data is not None:
         extra += ["--nltk-data", str(settings.nltk_data)]
-    result = _expert_family(settings, "bridge", "BRIDGE", "bridge_speed.py", _sizes(settings, (2, 1), (1000, 500)),
-                            extra, _rates({"BRIDGE pseudo-caption forward (grid, mapper, text tower)":
+    result = _expert_family(settings, "bridge", "BRIDGE", "bridge_speed.py",
+                            _sizes(settings, "bridge", (2, 1), (1000, 500)), extra, _rates({"BRIDGE pseudo-caption forward (grid, mapper, text tower)":
                                            "pseudo_captions"}))
     run = json.loads((settings.out_dir / "bridge.json").read_text(encoding="utf-8"))
     result.notes.append(f"BRIDGE: {run['captioning_seconds']:.1f} of {run['seconds']:.1f} s in BLIP-large "
