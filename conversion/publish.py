@@ -25,7 +25,8 @@ Before planning a model it checks, in the card folder and the converted folder, 
 * given the original files, converting them again with the model's own converter gives exactly these tensors and
   files; the card then records the sha256 of the original checkpoint (the first file).
 
-``--dry-run`` prints the plan (repo id, repo type, files, sizes, sha256) and touches no network. A real publish
+``--dry-run`` prints the plan (repo id, repo type, files, sizes, sha256) and touches no network (but for a BRIDGE
+whose backbone is a hub id: its config is read from the Hugging Face cache, or downloaded). A real publish
 refuses a model with original files that were not given: its card must record the checkpoint's sha256.
 
 torch, transformers, safetensors and huggingface_hub are imported by the functions that check weights and upload,
