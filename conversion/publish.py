@@ -1,15 +1,33 @@
 """Publish capeval's converted models and metric Spaces to the Hugging Face hub.
 
-A model repo combines a card folder under ``hub_models/<namespace>/<name>`` (README.md, config.json,
-preprocessor_config.json, tokenizer files) with the ``model.safetensors`` of a folder written by
-``conversion/convert_clip.py``. A Space repo uploads a metric folder (``metrics/clipscore``, ...) as it is.
+A model repo combines a card folder under ``hub_models/<namespace>/<name>`` (README.md and the configs, tokenizer
+and processor files, in subfolders where the model has them: Polos's ``clip/`` and ``encoder/``) with the weights of
+a folder written by the model's conversion (``conversion/convert_<model>.py``, the converter its
+:class:`capeval.originals.ModelSource` names; ``capeval train bridge`` for BRIDGE), for every model of
+:data:`capeval.registry.MODELS` that capeval publishes. A Space repo uploads a metric folder (``metrics/clipscore``,
+...) as it is.
 
     python -m conversion.publish --dry-run \\
         --model hub_models/capeval/pacs-clip-vit-b-32 out/pacs-clip-vit-b-32 checkpoints/clip_ViT-B-32.pth \\
+        --model hub_models/capeval/tiger-scan-coco out/tiger-scan-coco model_best.pth coco_precomp_vocab.json \\
         --space metrics/clipscore --space metrics/pacscore --tag v1.0
 
-``--dry-run`` prints the plan (repo id, repo type, files, sizes, sha256) and touches no network. A real
-publish refuses a model whose original checkpoint was not given: its card must record that file's sha256.
+After the two folders, ``--model`` takes the model's original files in the order of its card's list (its
+``ModelSource``); trailing files for which the converter has a default (OpenAI's BPE merges) may be left out.
+Before planning a model it checks, in the card folder and the converted folder, subfolders included:
+
+* the files besides the weights are the same (JSON parsed, others byte for byte; the weights and the converter's
+  ``capeval_checksums.json`` and ``capeval_provenance.json`` are not compared and not uploaded); a few files the card
+  folder does not hold are taken from the converted folder (copies of original files: Polos's encoder vocabulary,
+  ViLBERT's ``vocab.txt``; a trained BRIDGE's config and run card);
+* every weight file still has the size and sha256 its ``capeval_checksums.json`` records (:mod:`capeval.hub`), and
+  holds exactly the tensors (names and shapes) that the family's modeling code builds from the configs uploaded;
+* given the original files, converting them again with the model's own converter gives exactly these tensors and
+  files; the card then records the sha256 of the original checkpoint (the first file).
+
+``--dry-run`` prints the plan (repo id, repo type, files, sizes, sha256) and touches no network (but for a BRIDGE
+whose backbone is a hub id: its config is read from the Hugging Face cache, or downloaded). A real publish
+refuses a model with original files that were not given: its card must record the checkpoint's sha256.
 
 torch, transformers, safetensors and huggingface_hub are imported by the functions that check weights and upload,
 so that ``--help`` and the plans of Spaces load none of them.
@@ -18,18 +36,25 @@ so that ``--help`` and the plans of Spaces load none of them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import importlib
 import json
 import re
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from capeval.hub import CHECKSUMS_NAME, weights_problem
+from capeval.configuration import CONFIG_NAME
+from capeval.hub import CHECKSUMS_NAME, PROVENANCE_NAME, weights_problem
+from capeval.originals import SOURCES, OriginalFile
 from capeval.transfers import sha256_of
+from conversion.published_folders import FolderKind, folder_kind
 
 WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
@@ -70,6 +95,11 @@ class RepoPlan:
     space_sdk: str | None = None
     tag: str | None = None
     original_sha256: str | None = None
+    """Of a model: the sha256 of its original checkpoint (the first of its original files), once given."""
+    originals: tuple[tuple[str, str], ...] = ()
+    """Of a model: the name and sha256 of each original file given."""
+    needs_original: bool = True
+    """Of a model: whether it has original files (capeval's own trained models have none)."""
 
 
 def planned_file_from_disk(path_in_repo: str, source: Path) -> PlannedFile:
@@ -99,11 +129,13 @@ def read_front_matter(card_path: Path) -> dict:
     return metadata
 
 
-def _json_difference(expected: Any, actual: Any, where: str = "") -> list[str]:
-    """Dotted key paths at which two parsed JSON values differ (``transformers_version`` is not compared)."""
+def _json_difference(expected: Any, actual: Any, where: str = "", keys: Sequence[str] | None = None) -> list[str]:
+    """Dotted key paths at which two parsed JSON values differ (``transformers_version`` is not compared; with
+    ``keys``, only those top-level keys are)."""
     if isinstance(expected, dict) and isinstance(actual, dict):
+        compared = (set(expected) | set(actual)) - {UNCOMPARED_JSON_KEY} if keys is None else set(keys)
         paths = []
-        for key in sorted((set(expected) | set(actual)) - {UNCOMPARED_JSON_KEY}, key=str):
+        for key in sorted(compared, key=str):
             child = f"{where}.{key}" if where else str(key)
             if key not in expected or key not in actual:
                 paths.append(child)
@@ -113,10 +145,13 @@ def _json_difference(expected: Any, actual: Any, where: str = "") -> list[str]:
     return [] if expected == actual else [where or "<root>"]
 
 
-def metadata_differences(expected_dir: Path, actual_dir: Path, names: Iterable[str]) -> list[str]:
-    """One line per file of ``names`` that is missing from ``actual_dir`` or differs from ``expected_dir``'s copy.
+def metadata_differences(expected_dir: Path, actual_dir: Path, names: Iterable[str],
+                         compared_keys: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """One line per file of ``names`` (paths inside the folders) that is missing from ``actual_dir`` or differs from
+    ``expected_dir``'s copy.
 
-    JSON files are compared parsed, other files byte for byte.
+    JSON files are compared parsed (those of ``compared_keys`` on the keys it gives them only), other files byte for
+    byte.
     """
     differences = []
     for name in names:
@@ -127,6 +162,7 @@ def metadata_differences(expected_dir: Path, actual_dir: Path, names: Iterable[s
             differing = _json_difference(
                 json.loads(expected_file.read_text(encoding="utf-8")),
                 json.loads(actual_file.read_text(encoding="utf-8")),
+                keys=(compared_keys or {}).get(name),
             )
             if differing:
                 differences.append(f"{actual_file} differs at {', '.join(differing[:10])}")
@@ -135,50 +171,99 @@ def metadata_differences(expected_dir: Path, actual_dir: Path, names: Iterable[s
     return differences
 
 
-def model_metadata_names(card_dir: Path, weights_dir: Path) -> list[str]:
-    """The converted folder's files besides the weights and their checksum record (this machine's; the hub records
-    each file's sha256 itself); error unless the card folder holds those plus README.md."""
-    converted = sorted(path.name for path in weights_dir.iterdir()
-                       if path.is_file() and path.name not in (WEIGHTS_FILE, CHECKSUMS_NAME))
-    carded = sorted(path.name for path in card_dir.iterdir() if path.is_file() and path.name != CARD_FILE)
+def folder_files(folder: Path) -> list[str]:
+    """The paths (POSIX, relative to ``folder``) of every file under ``folder``, subfolders included, but hidden
+    files and caches."""
+    return sorted(path.relative_to(folder).as_posix() for path in Path(folder).rglob("*")
+                  if path.is_file() and not _is_build_or_hidden(path.relative_to(folder)))
+
+
+def converted_files(folder: Path, kind: FolderKind) -> list[str]:
+    """The files of a converted folder besides its weights and the records of this machine's conversion (the
+    weights' checksums, the provenance of a folder built by the fetcher; the hub records each file's sha256 itself)."""
+    return [name for name in folder_files(folder)
+            if name not in kind.weights and Path(name).name not in (CHECKSUMS_NAME, PROVENANCE_NAME)]
+
+
+def model_metadata_names(card_dir: Path, weights_dir: Path, kind: FolderKind) -> list[str]:
+    """The card folder's files besides README.md; error unless they are the converted folder's besides the weights,
+    their checksum records and the files uploaded from the converted folder, which it must hold."""
+    converted = [name for name in converted_files(weights_dir, kind) if name not in kind.from_weights_folder]
+    carded = [name for name in folder_files(card_dir) if name != CARD_FILE]
     if converted != carded:
+        only_converted = sorted(set(converted) - set(carded))
+        only_carded = sorted(set(carded) - set(converted))
         raise PublishError(
-            f"{card_dir} holds {carded} but the converted folder {weights_dir} holds {converted} besides the "
-            "weights: regenerate the card folder with hub_models/generate_configs.py"
+            f"{card_dir} and the converted folder {weights_dir} hold different files besides the weights (only in "
+            f"the converted folder: {only_converted}; only in the card folder: {only_carded}): regenerate the card "
+            "folder with hub_models/generate_configs.py, or convert the model again"
         )
-    return converted
+    missing = [str(weights_dir / name) for name in kind.from_weights_folder if not (weights_dir / name).is_file()]
+    if missing:
+        raise PublishError(f"{', '.join(missing)} missing: the {kind.name} files uploaded from the converted folder")
+    return carded
 
 
-def check_same_metadata(card_dir: Path, weights_dir: Path, names: Iterable[str]) -> None:
+def check_same_metadata(card_dir: Path, weights_dir: Path, names: Iterable[str], kind: FolderKind) -> None:
     """Error unless the converted folder's config and tokenizer files equal the card folder's."""
-    differences = metadata_differences(card_dir, weights_dir, names)
+    differences = metadata_differences(card_dir, weights_dir, names, kind.compared_keys)
     if differences:
         raise PublishError(
             "; ".join(differences) + f": these weights were converted for another model than {card_dir} describes"
         )
 
 
-def check_weights_match_config(card_dir: Path, weights_path: Path) -> None:
-    """Error unless the safetensors tensors have the names and shapes of a ``CLIPModel`` of the card's config."""
-    import torch
-    from safetensors import safe_open
-    from transformers import CLIPConfig, CLIPModel
+def check_weights_intact(repo_id: str, weights_dir: Path, kind: FolderKind) -> None:
+    """Error unless every weight file exists and has the size and sha256 its folder's checksum record holds."""
+    again = ("convert the original checkpoint again" if SOURCES[repo_id].files
+             else f"write it again with {kind.script}")
+    for name in kind.weights:
+        path = weights_dir / name
+        if not path.is_file():
+            raise PublishError(f"{repo_id}: {path} does not exist; run {kind.script} first")
+        damage = weights_problem(path.parent, [path.name])
+        if damage is not None:
+            raise PublishError(f"{repo_id}: {damage}; {again}")
 
-    config = CLIPConfig.from_pretrained(card_dir)
-    with torch.device("meta"):
-        expected = {name: tuple(tensor.shape) for name, tensor in CLIPModel(config).state_dict().items()}
-    with safe_open(str(weights_path), framework="pt") as weights:
-        actual = {name: tuple(weights.get_slice(name).get_shape()) for name in weights.keys()}
+
+def _misfit(expected: Mapping[str, tuple[int, ...]], actual: Mapping[str, tuple[int, ...]]) -> str | None:
+    """``missing: ...; unexpected: ...; wrong shape: ...`` (five names of each, and how many more), or ``None``."""
     missing = sorted(set(expected) - set(actual))
     unexpected = sorted(set(actual) - set(expected))
-    reshaped = sorted(name for name in set(expected) & set(actual) if expected[name] != actual[name])
-    if missing or unexpected or reshaped:
-        details = []
-        for label, names in (("missing", missing), ("unexpected", unexpected), ("wrong shape", reshaped)):
-            if names:
-                more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
-                details.append(f"{label}: {', '.join(names[:5])}{more}")
-        raise PublishError(f"{weights_path} does not fit {card_dir / 'config.json'}: " + "; ".join(details))
+    reshaped = sorted(name for name in set(expected) & set(actual) if tuple(expected[name]) != tuple(actual[name]))
+    details = []
+    for label, names in (("missing", missing), ("unexpected", unexpected), ("wrong shape", reshaped)):
+        if names:
+            more = f" (+{len(names) - 5} more)" if len(names) > 5 else ""
+            details.append(f"{label}: {', '.join(names[:5])}{more}")
+    return "; ".join(details) or None
+
+
+def check_weights_match_config(card_dir: Path, weights_dir: Path, names: Sequence[str], kind: FolderKind) -> None:
+    """Error unless each weight file holds exactly the tensors (names and shapes) that the family's modeling code
+    builds from the configs the repository will hold (the card folder's, and those taken from the converted
+    folder)."""
+    from safetensors import safe_open
+
+    with tempfile.TemporaryDirectory() as scratch:
+        staged = Path(scratch)
+        for folder, files in ((card_dir, names), (weights_dir, kind.from_weights_folder)):
+            for name in files:
+                (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / name, staged / name)
+        try:
+            expected = kind.shapes(staged)
+        except (ValueError, TypeError, KeyError, OSError) as error:  # configuration errors name the field
+            raise PublishError(f"the configs of {card_dir} do not describe a {kind.name} model: {error}") from error
+    for name in kind.weights:
+        weights_path = weights_dir / name
+        with safe_open(str(weights_path), framework="pt") as weights:
+            actual = {tensor: tuple(weights.get_slice(tensor).get_shape()) for tensor in weights.keys()}
+        misfit = _misfit(expected[name], actual)
+        if misfit is not None:
+            config = (Path(name).parent / CONFIG_NAME).as_posix()
+            raise PublishError(f"{weights_path} does not fit {(card_dir if config in names else weights_dir) / config}: "
+                               + misfit)
 
 
 def fill_original_sha256(card_text: str, original_sha256: str, card_path: Path) -> str:
@@ -192,60 +277,114 @@ def fill_original_sha256(card_text: str, original_sha256: str, card_path: Path) 
     )
 
 
-def plan_model(card_dir: Path, weights_dir: Path, original: Path | None, tag: str | None) -> RepoPlan:
-    """Plan the model repo for a card folder, a converted-weights folder and the original checkpoint (if given)."""
+def model_kind(repo_id: str) -> FolderKind:
+    """The kind of folder of a registry model capeval publishes; error for any other."""
+    kind = folder_kind(repo_id)
+    if kind is None:
+        source = SOURCES.get(repo_id)
+        why = ("not a model of capeval.registry.MODELS" if source is None
+               else f"published by {source.published_by}, not by capeval")
+        raise PublishError(f"{repo_id}: capeval publishes no such model ({why})")
+    return kind
+
+
+def original_files(repo_id: str, originals: Sequence[Path]) -> list[tuple[OriginalFile, Path]]:
+    """The given original files paired with the model's :class:`OriginalFile` rows, in the card's order; error for
+    too many, a missing file, or a left-out file that the converter needs (it has no default for it)."""
+    source = SOURCES[repo_id]
+    expected = ", ".join(f"{file.name} ({file.argument})" for file in source.files)
+    if not source.files and originals:
+        raise PublishError(f"{repo_id} has no original files ({source.no_original}); give none")
+    if len(originals) > len(source.files):
+        raise PublishError(f"{repo_id}: {len(originals)} original files given; it has {len(source.files)}: {expected}")
+    if originals:
+        import inspect
+
+        module, function = (source.converter or "").split(":")
+        parameters = inspect.signature(getattr(importlib.import_module(module), function)).parameters
+        needed = [file for file in source.files[len(originals):]
+                  if parameters[file.argument].default is inspect.Parameter.empty]
+        if needed:
+            raise PublishError(f"{repo_id}: give its original files in this order: {expected} "
+                               f"(missing: {', '.join(file.name for file in needed)})")
+    pairs = list(zip(source.files, map(Path, originals)))
+    for file, path in pairs:
+        if not path.is_file():
+            raise PublishError(f"{repo_id}: original {'checkpoint' if file is source.files[0] else 'file'} {path} "
+                               "does not exist")
+    return pairs
+
+
+def check_original_matches_weights(repo_id: str, originals: Sequence[tuple[OriginalFile, Path]], weights_dir: Path,
+                                   kind: FolderKind) -> None:
+    """Error unless converting the original files with the model's own converter (its ``ModelSource``'s call, into
+    a temporary folder) gives exactly the tensors of every weight file of ``weights_dir`` and its other files."""
+    import torch
+    from safetensors import safe_open
+
+    source = SOURCES[repo_id]
+    label = (f"original checkpoint {originals[0][1]}" if len(originals) == 1
+             else f"original files {', '.join(str(path) for _, path in originals)}")
+    module, function = (source.converter or "").split(":")
+    converter = getattr(importlib.import_module(module), function)
+    with tempfile.TemporaryDirectory() as scratch:
+        again = Path(scratch) / "converted"
+        arguments: dict[str, Any] = {file.argument: path for file, path in originals}
+        arguments.update(dict(source.arguments))
+        arguments[source.output_argument] = again
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # the converters' reports are not part of the plan
+                converter(**arguments)
+        except Exception as error:  # the converters' own errors name the key or file at fault
+            raise PublishError(f"{label}: {error}") from error
+        for name in kind.weights:
+            weights_path = weights_dir / name
+            with safe_open(str(again / name), framework="pt") as converted, \
+                    safe_open(str(weights_path), framework="pt") as weights:
+                misfit = _misfit({key: () for key in converted.keys()}, {key: () for key in weights.keys()})
+                if misfit is not None:
+                    raise PublishError(f"{weights_path} was not converted from {label}: {misfit}")
+                differing = [key for key in converted.keys() if not torch.equal(
+                    converted.get_tensor(key).float(), weights.get_tensor(key).float())]
+            if differing:
+                raise PublishError(
+                    f"{weights_path} was not converted from {label}: {len(differing)} tensors differ, "
+                    f"e.g. {', '.join(differing[:5])}"
+                )
+        names = converted_files(again, kind)
+        differences = metadata_differences(again, weights_dir, names)
+        extra = sorted(set(converted_files(weights_dir, kind)) - set(names))
+        differences += [f"{weights_dir / name} is not written by the conversion" for name in extra]
+        if differences:
+            raise PublishError("; ".join(differences) + f": {weights_dir} is not what converting {label} gives")
+
+
+def plan_model(card_dir: Path, weights_dir: Path, originals: Sequence[Path], tag: str | None) -> RepoPlan:
+    """Plan the model repo for a card folder, a converted-weights folder and the original files (if given)."""
     card_dir, weights_dir = Path(card_dir), Path(weights_dir)
     repo_id = repo_id_of_model_folder(card_dir)
+    kind = model_kind(repo_id)
     card_path = card_dir / CARD_FILE
     if not card_path.is_file():
         raise PublishError(f"{repo_id}: {card_path} does not exist")
     read_front_matter(card_path)
-    weights_path = weights_dir / WEIGHTS_FILE
-    if not weights_path.is_file():
-        raise PublishError(f"{repo_id}: {weights_path} does not exist; run conversion/convert_clip.py first")
-    damage = weights_problem(weights_dir, [WEIGHTS_FILE])
-    if damage is not None:
-        raise PublishError(f"{repo_id}: {damage}; convert the original checkpoint again")
-    names = model_metadata_names(card_dir, weights_dir)
-    check_same_metadata(card_dir, weights_dir, names)
-    check_weights_match_config(card_dir, weights_path)
+    check_weights_intact(repo_id, weights_dir, kind)
+    names = model_metadata_names(card_dir, weights_dir, kind)
+    check_same_metadata(card_dir, weights_dir, names, kind)
+    check_weights_match_config(card_dir, weights_dir, names, kind)
 
     card_text = card_path.read_text(encoding="utf-8")
-    original_sha256 = None
-    if original is not None:
-        original = Path(original)
-        if not original.is_file():
-            raise PublishError(f"{repo_id}: original checkpoint {original} does not exist")
-        check_original_matches_weights(original, weights_path, card_dir)
-        original_sha256 = sha256_of(original)
-        card_text = fill_original_sha256(card_text, original_sha256, card_path)
+    pairs = original_files(repo_id, originals)
+    hashes = tuple((path.name, sha256_of(path)) for _, path in pairs)
+    if pairs:
+        check_original_matches_weights(repo_id, pairs, weights_dir, kind)
+        card_text = fill_original_sha256(card_text, hashes[0][1], card_path)
     files = [planned_file_from_bytes(CARD_FILE, card_text.encode("utf-8"))]
     files += [planned_file_from_disk(name, card_dir / name) for name in names]
-    files.append(planned_file_from_disk(WEIGHTS_FILE, weights_path))
-    return RepoPlan(repo_id, "model", tuple(files), tag=tag, original_sha256=original_sha256)
-
-
-def check_original_matches_weights(original: Path, weights_path: Path, card_dir: Path) -> None:
-    """Error unless converting ``original`` gives exactly the tensors in ``weights_path`` (compared in fp32)."""
-    import torch
-    from safetensors import safe_open
-    from transformers import CLIPConfig
-
-    from conversion.clip_converter import CheckpointError, convert_state_dict, load_original_state_dict, merge_lora
-
-    try:
-        converted = convert_state_dict(merge_lora(load_original_state_dict(original)), CLIPConfig.from_pretrained(card_dir))
-    except CheckpointError as error:
-        raise PublishError(f"original checkpoint {original}: {error}") from error
-    with safe_open(str(weights_path), framework="pt") as weights:
-        differing = [
-            name for name, tensor in converted.items() if not torch.equal(tensor.float(), weights.get_tensor(name))
-        ]
-    if differing:
-        raise PublishError(
-            f"{weights_path} was not converted from {original}: {len(differing)} tensors differ, "
-            f"e.g. {', '.join(differing[:5])}"
-        )
+    files += [planned_file_from_disk(name, weights_dir / name) for name in (*kind.from_weights_folder, *kind.weights)]
+    return RepoPlan(repo_id, "model", tuple(files), tag=tag,
+                    original_sha256=hashes[0][1] if hashes else None, originals=hashes,
+                    needs_original=bool(SOURCES[repo_id].files))
 
 
 def plan_space(space_dir: Path, namespace: str, tag: str | None) -> RepoPlan:
@@ -285,8 +424,11 @@ def format_plan(plans: Sequence[RepoPlan]) -> str:
             header += f" (sdk {plan.space_sdk})"
         header += f", tag {plan.tag}" if plan.tag else ", no tag"
         lines.append(header)
-        if plan.repo_type == "model":
+        if plan.repo_type == "model" and not plan.needs_original:
+            lines.append("  no original files (a model of capeval's own)")
+        elif plan.repo_type == "model":
             lines.append(f"  original checkpoint sha256: {plan.original_sha256 or 'UNKNOWN (give the original file)'}")
+            lines += [f"  original {name} sha256: {sha256}" for name, sha256 in plan.originals[1:]]
         for planned in plan.files:
             origin = "generated" if planned.source is None else str(planned.source)
             lines.append(f"  {planned.path_in_repo}\t{planned.size}\t{planned.sha256}\t{origin}")
@@ -297,10 +439,10 @@ def format_plan(plans: Sequence[RepoPlan]) -> str:
 def check_publishable(plans: Iterable[RepoPlan]) -> None:
     """Error for any model plan whose card lacks the original checkpoint's sha256."""
     for plan in plans:
-        if plan.repo_type == "model" and plan.original_sha256 is None:
+        if plan.repo_type == "model" and plan.needs_original and plan.original_sha256 is None:
             raise PublishError(
                 f"{plan.repo_id}: refusing to publish without the original checkpoint "
-                "(its sha256 must be recorded in the card); pass it after the weights folder"
+                "(its sha256 must be recorded in the card); pass the original files after the weights folder"
             )
 
 
@@ -336,8 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="CARD_DIR WEIGHTS_DIR [ORIGINAL_CHECKPOINT]: a hub_models folder, the convert_clip.py output "
-        "for it, and the original checkpoint it was converted from (required unless --dry-run)",
+        help="CARD_DIR WEIGHTS_DIR [ORIGINAL ...]: a hub_models folder, the converted folder for it (written by "
+        "its conversion/convert_<model>.py), and the original files it was converted from, in the order of the "
+        "card's list (required unless --dry-run or the model has none)",
     )
     parser.add_argument("--space", action="append", default=[], type=Path, help="a metric folder to publish as a Space")
     parser.add_argument("--namespace", default="capeval", help="hub namespace of the Spaces (default: capeval)")
@@ -354,10 +497,9 @@ def main(argv: Sequence[str] | None = None) -> list[RepoPlan]:
         raise SystemExit("nothing to publish: give --model and/or --space")
     plans = []
     for values in args.model:
-        if len(values) not in (2, 3):
-            raise SystemExit(f"--model takes CARD_DIR WEIGHTS_DIR [ORIGINAL_CHECKPOINT], got {values}")
-        original = Path(values[2]) if len(values) == 3 else None
-        plans.append(plan_model(Path(values[0]), Path(values[1]), original, args.tag))
+        if len(values) < 2:
+            raise SystemExit(f"--model takes CARD_DIR WEIGHTS_DIR [ORIGINAL ...], got {values}")
+        plans.append(plan_model(Path(values[0]), Path(values[1]), [Path(value) for value in values[2:]], args.tag))
     plans += [plan_space(space_dir, args.namespace, args.tag) for space_dir in args.space]
     print(format_plan(plans))
     if not args.dry_run:

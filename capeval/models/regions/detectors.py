@@ -13,7 +13,7 @@ import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Type, Union
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Type, Union
 
 from capeval.configuration import CONFIG_NAME
 from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_model_folder, pinned_revision
@@ -93,6 +93,14 @@ def detector_folder(model: Union[str, Path], revision: Optional[str] = None, par
     return pinned_model_folder(model, revision, (CONFIG_NAME, WEIGHTS_NAME), "conversion/convert_regions.py", parameter)
 
 
+def build_detector(folder: Path) -> "Tuple[DetectorSpec, nn.Module]":
+    """The detector a folder's ``config.json`` describes (its ``model_type`` says which), built with fresh weights on
+    torch's current device (the meta device builds it without memory)."""
+    values = json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8"))
+    spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
+    return spec, spec.model_class()(spec.config_class.from_dict(values, complete=True))
+
+
 def load_detector(model: Union[str, Path], revision: Optional[str] = None,
                   device: Union[str, "torch.device", None] = None,
                   expected: Optional[DetectorSpec] = None, parameter: str = "model") -> "nn.Module":
@@ -104,11 +112,9 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
 
     revision = pinned_revision(str(model), revision)
     folder = detector_folder(model, revision, parameter)
-    values = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
-    spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
+    spec, detector = build_detector(folder)
     if expected is not None and spec.name != expected.name:
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
-    detector = spec.model_class()(spec.config_class.from_dict(values, complete=True))
     check_weights(folder, [WEIGHTS_NAME])
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.name = str(model)
