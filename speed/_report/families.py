@@ -208,11 +208,18 @@ def bridge(settings: Settings) -> List[FamilyResult]:
 
 
 # --------------------------------------------------------------------------------------------------------- EMScore
+def _same_manifest_workload(ours: Dict[str, Any], theirs: Dict[str, Any]) -> bool:
+    """Whether the original's figure of a peer was made on this run's workload: the same number of manifest items and
+    of distinct videos (or feature files)."""
+    return (theirs["items"], theirs["videos"]) == (ours["items"], ours["videos"])
+
+
 def emscore(settings: Settings) -> List[FamilyResult]:
     """EMScore on the VATEX-EVAL-shaped workload of video_speed.py (video files; cached features), against the
     original EMScorer's figures on the same manifest; memory flat in video length from its two long videos."""
     from _flops import vit_image_macs
     from _models import random_vit_b32_folder
+    from video_speed import score_agreement
 
     workload = (["--videos", "1", "--feature-videos", "20", "--long-minutes", "1,2", "--long-fps", "1"]
                 if settings.quick else [])
@@ -234,16 +241,17 @@ def emscore(settings: Settings) -> List[FamilyResult]:
                    comparable)
 
     result = FamilyResult("EMScore / video PAC-S", row("files", "capeval EMScore", run["files"]))
+    features = FamilyResult("EMScore, cached features", row("features-pt", "capeval EMScore", run["features-pt"]))
     theirs = figure["peers"] if figure is not None else {}
     source = (f"read from {settings.originals.path.name} (dated {figure.get('date', '?')}, machine: "
               f"{figure.get('machine', '?')})" if figure is not None else MEASURED)
-    if "files" in theirs:
-        same = (theirs["files"]["items"], theirs["files"]["videos"]) == (run["files"]["items"], run["files"]["videos"])
-        result.peers.append(row("files", "original EMScorer", theirs["files"], source, same))
-    features = FamilyResult("EMScore, cached features", row("features-pt", "capeval EMScore", run["features-pt"]))
-    if "features-pt" in theirs:
-        same = theirs["features-pt"]["items"] == run["features-pt"]["items"]
-        features.peers.append(row("features-pt", "original EMScorer", theirs["features-pt"], source, same))
+    for peer, family in (("files", result), ("features-pt", features)):
+        if peer in theirs:
+            same = _same_manifest_workload(run[peer], theirs[peer])
+            family.peers.append(row(peer, "original EMScorer", theirs[peer], source, same))
+            if same:
+                family.notes.append(f"EMScore {peer}, per-item scores against the original's: "
+                                    f"{score_agreement(run[peer], theirs[peer])}.")
     short, long = (run[name] for name in longs.split(","))
     result.memory_in = "video length"
     result.memory = (f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
