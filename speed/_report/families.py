@@ -77,8 +77,9 @@ class Settings:
 
 
 def run_script(script: str, arguments: List[str], json_out: Path) -> Dict[str, Any]:
-    """``python speed/<script> ARGS --json-out FILE`` in a fresh process; its JSON. Its output is echoed after it ends
-    (the last lines), so that a long report shows progress."""
+    """``python speed/<script> ARGS --json-out FILE`` in a fresh process; its JSON. The command (with the load
+    average at its start) and then its duration are printed, so that a long report shows progress; the script's own
+    output is shown only when it fails (the end of its standard error)."""
     command = [sys.executable, str(SPEED / script), *arguments, "--json-out", str(json_out)]
     environment = dict(os.environ, HF_HUB_OFFLINE="1", HF_EVALUATE_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     started = time.perf_counter()
