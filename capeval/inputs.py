@@ -1,8 +1,10 @@
 """Input validation: every image, caption and reference list is checked here, once, before any model work.
 
 Errors name the offending item by index. Images become :class:`ImageItem` objects carrying a content hash, so the
-embedding engine can encode each distinct image once whatever form it arrived in. Folders of images (the commands'
-``--images``) are read by :func:`images_by_stem`.
+embedding engine can encode each distinct image once whatever form it arrived in; a file keeps its path, and is read
+again where it is decoded. Files may be read, checked and hashed in worker processes (:mod:`capeval.file_checks`), so
+that the scoring process does not spend its own time on them. Folders of images (the commands' ``--images``) are read
+by :func:`images_by_stem`.
 """
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AbstractSet, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (TYPE_CHECKING, AbstractSet, Any, Callable, Dict, Generator, Iterable, Iterator, List, Optional,
+                    Sequence, Tuple, Union)
 
 import numpy as np
 from PIL import Image
+
+if TYPE_CHECKING:
+    from capeval.file_checks import FileChecks
 
 ImageInput = Union[str, "os.PathLike[str]", Image.Image, np.ndarray, bytes, bytearray]
 """An image as a file path, a PIL image, a uint8 array (HW, HWC with C in 1/3/4) or encoded file bytes."""
@@ -26,6 +32,10 @@ ImageInput = Union[str, "os.PathLike[str]", Image.Image, np.ndarray, bytes, byte
 
 class InputError(ValueError):
     """Invalid user input; the message names the item (index or key) and what is wrong with it."""
+
+
+FileOutcome = Union[str, InputError]
+"""What checking an image file gives: its content hash, or the :class:`InputError` that names what is wrong with it."""
 
 
 def _digest(*parts: bytes) -> str:
@@ -37,21 +47,40 @@ def _digest(*parts: bytes) -> str:
 
 @dataclass(frozen=True)
 class ImageItem:
-    """A validated image: its position in the input, a content hash and a source that :meth:`open` decodes."""
+    """A validated image: its position in the input, a content hash and a source that :meth:`open` decodes: encoded
+    bytes, a PIL image, or the path of a file (read when opened; the hash of a file is that of its bytes)."""
 
     index: int
     key: str
-    data: Union[bytes, Image.Image]
+    data: Union[bytes, Image.Image, Path]
     label: str
 
     def open(self) -> Image.Image:
-        """The image exactly as ``PIL.Image.open`` gives it (no EXIF rotation, no colour conversion)."""
+        """The image exactly as ``PIL.Image.open`` gives it (no EXIF rotation, no colour conversion). A file is read
+        again and must still hold the content that was validated (an :class:`InputError` naming the item if not)."""
         if isinstance(self.data, Image.Image):
             return self.data
+        data = self.data if isinstance(self.data, bytes) else self._unchanged_file(self.data)
         with _pil_errors(self.index, self.label, "could not be decoded"):
-            image = Image.open(io.BytesIO(self.data))
+            image = Image.open(io.BytesIO(data))
             image.load()
         return image
+
+    def size(self) -> Tuple[int, int]:
+        """(width, height) as the image's header states it, read without decoding the pixels (a file read again and
+        checked as :meth:`open` checks it)."""
+        if isinstance(self.data, Image.Image):
+            return self.data.size
+        data = self.data if isinstance(self.data, bytes) else self._unchanged_file(self.data)
+        with _pil_errors(self.index, self.label, "is not a readable image"), Image.open(io.BytesIO(data)) as image:
+            return image.size
+
+    def _unchanged_file(self, path: Path) -> bytes:
+        data = _read_file(path, self.index)
+        if _digest(b"file", data) != self.key:
+            raise InputError(f"images[{self.index}] ({self.label}) changed after it was validated: the file no longer "
+                             "holds the content that was read and hashed then; score it again")
+        return data
 
 
 @contextmanager
@@ -77,18 +106,27 @@ def _check_header(data: bytes, index: int, label: str) -> None:
         image.size  # noqa: B018 - the header parse is the check
 
 
+def _read_file(path: Path, index: int) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"images[{index}]: file not found: {path}") from None
+    except OSError as error:
+        raise InputError(f"images[{index}]: cannot read {path}: {error}") from None
+
+
+def file_key(path: Path, index: int) -> str:
+    """The content hash of the image file ``path``, read and its header checked."""
+    data = _read_file(path, index)
+    _check_header(data, index, str(path))
+    return _digest(b"file", data)
+
+
 def validate_image(image: ImageInput, index: int) -> ImageItem:
-    """Check one image input and wrap it with its content hash."""
+    """Check one image input and wrap it with its content hash (a file keeps its path, not its bytes)."""
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise InputError(f"images[{index}]: file not found: {path}") from None
-        except OSError as error:
-            raise InputError(f"images[{index}]: cannot read {path}: {error}") from None
-        _check_header(data, index, str(path))
-        return ImageItem(index, _digest(b"file", data), data, str(path))
+        return ImageItem(index, file_key(path, index), path, str(path))
     if isinstance(image, (bytes, bytearray)):
         data = bytes(image)
         _check_header(data, index, f"{len(data)} bytes")
@@ -339,13 +377,56 @@ def _raw_chunk(inputs: Tuple[Iterator[object], ...], start: int, chunk_size: int
     return raw
 
 
+class _CheckedFile:
+    """A path entry checked by :class:`FileChecks`: its outcome is the next of ``outcomes`` when it is first asked
+    for (the entries are asked for in the order of ``outcomes``)."""
+
+    def __init__(self, outcomes: Iterator[FileOutcome], path: Path, index: int) -> None:
+        self._outcomes = outcomes
+        self._path = path
+        self._index = index
+        self._item: Optional[ImageItem] = None
+
+    def result(self) -> ImageItem:
+        if self._item is None:
+            outcome = next(self._outcomes)
+            if isinstance(outcome, InputError):
+                raise outcome
+            self._item = ImageItem(self._index, outcome, self._path, str(self._path))
+        return self._item
+
+    def cancel(self) -> None:
+        """Nothing to cancel: the check is given up when its outcomes are closed."""
+
+
+def _started_validations(
+    pool: ThreadPoolExecutor, entries: List[Tuple[int, object]], validate_image_entry: Callable[[Any, int], Any],
+    file_checks: Optional["FileChecks"],
+) -> Tuple[Dict[int, Any], Optional[Generator[FileOutcome, None, None]]]:
+    """The validations of (item index, image entry) ``entries`` by index, each with ``result()`` and ``cancel()``:
+    path entries checked by ``file_checks`` when given (and the generator of their outcomes, to close once the items
+    are read), the others by ``validate_image_entry`` in ``pool``'s threads."""
+    validated: Dict[int, Any] = {}
+    outcomes = None
+    if file_checks is not None:
+        paths = {index: Path(entry) for index, entry in entries  # type: ignore[arg-type]  # str or os.PathLike
+                 if isinstance(entry, (str, os.PathLike))}
+        outcomes = file_checks.check([(str(path), index) for index, path in paths.items()])
+        validated = {index: _CheckedFile(outcomes, path, index) for index, path in paths.items()}
+    validated.update({index: pool.submit(validate_image_entry, entry, index)
+                      for index, entry in entries if index not in validated})
+    return validated, outcomes
+
+
 def _validated_chunk(
     pool: ThreadPoolExecutor, raw: List[Tuple[object, ...]], start: int, with_references: bool,
-    validate_image_entry: Callable[[Any, int], Any], captions_validated: bool = False,
+    validate_image_entry: Callable[[Any, int], Any], file_checks: Optional["FileChecks"],
+    captions_validated: bool = False,
 ) -> ScoringItems:
     """The items of ``raw`` validated: image entries in ``pool``'s threads (file reads and hashing release the GIL),
-    errors raised in item order, each item's image before its texts; equal images share one copy of their data.
-    With ``captions_validated`` the captions are taken as they are (see :func:`iter_scoring_items`).
+    or file paths by ``file_checks``' processes when given; errors raised in item order, each item's image before its
+    texts; equal images given as bytes or PIL images share one copy of their data. With ``captions_validated`` the
+    captions are taken as they are (see :func:`iter_scoring_items`).
 
     A file path that recurs in the chunk (an image scored against each of its candidates) is read, checked and hashed
     once: its later items take the first one's validated entry at their own index."""
@@ -356,10 +437,12 @@ def _validated_chunk(
         is_path = isinstance(entry, (str, os.PathLike))
         sources.append(first_position.setdefault(os.fspath(entry), position) if is_path else position)
     last_use = {source: position for position, source in enumerate(sources)}
-    validated = {position: pool.submit(validate_image_entry, values[0], start + position)
-                 for position, values in enumerate(raw) if sources[position] == position}
+    distinct = [position for position, source in enumerate(sources) if source == position]
+    validated, outcomes = _started_validations(pool, [(start + position, raw[position][0]) for position in distinct],
+                                               validate_image_entry, file_checks)
+    validated = {position: validated[start + position] for position in distinct}
     chunk_images: List[Any] = []
-    chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image per chunk
+    chunk_data: Dict[str, Union[bytes, Image.Image]] = {}  # one copy of each distinct image given in memory
     chunk_captions: List[str] = []
     chunk_refs: List[Tuple[str, ...]] = []
     try:
@@ -370,7 +453,8 @@ def _validated_chunk(
             if last_use[source] == position:
                 del validated[source]  # keep one copy of each distinct image's bytes, not one per item
             changes: Dict[str, Any] = {"index": index} if source != position else {}
-            if isinstance(item, ImageItem) and (shared := chunk_data.setdefault(item.key, item.data)) is not item.data:
+            if (isinstance(item, ImageItem) and not isinstance(item.data, Path)
+                    and (shared := chunk_data.setdefault(item.key, item.data)) is not item.data):
                 changes["data"] = shared
             if changes:
                 item = replace(item, **changes)
@@ -385,6 +469,8 @@ def _validated_chunk(
     finally:
         for future in validated.values():
             future.cancel()
+        if outcomes is not None:
+            outcomes.close()
     return ScoringItems(start, tuple(chunk_images), tuple(chunk_captions),
                         tuple(chunk_refs) if with_references else None)
 
@@ -398,15 +484,18 @@ def iter_scoring_items(
     validate_image_entry: Callable[[Any, int], Any] = validate_image,
     entries: str = "images",
     captions_validated: bool = False,
+    file_checks: Optional["FileChecks"] = None,
 ) -> Iterator[ScoringItems]:
     """Validate inputs lazily in chunks of ``chunk_size`` items; iterables are consumed once, in step.
 
     Each image entry goes through ``validate_image_entry(entry, index)`` (default :func:`validate_image`; a scorer
     that also takes other entries, such as precomputed region features, passes its own; ``entries`` names them in
-    errors, ``videos`` for a video metric). Within a chunk, equal images held as :class:`ImageItem` share one copy of
-    their data. ``captions_validated``: the candidates are the strings :func:`validate_caption` returned and the
-    references the tuples :func:`validate_references` returned (a scorer that reads the captions whole first, for a
-    table over all of them, validates them there), taken as they are.
+    errors, ``videos`` for a video metric). With ``file_checks``, path entries are checked in its processes as
+    :func:`validate_image` checks them, instead of by ``validate_image_entry`` (for validators that take a path as an
+    image file). Within a chunk, equal images given as bytes or PIL images share one copy of their data.
+    ``captions_validated``: the candidates are the strings :func:`validate_caption` returned and the references the
+    tuples :func:`validate_references` returned (a scorer that reads the captions whole first, for a table over all
+    of them, validates them there), taken as they are.
 
     Raises :class:`InputError` when the inputs differ in length (checked up front for sized inputs, otherwise when
     the shorter one runs out) or when any item is invalid.
@@ -420,7 +509,7 @@ def iter_scoring_items(
             raw = _raw_chunk(inputs, start, chunk_size, entries)
             count = len(raw)
             if count:
-                chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry,
+                chunk = _validated_chunk(pool, raw, start, references is not None, validate_image_entry, file_checks,
                                          captions_validated)
                 del raw  # the caller's entries; the chunk holds what scoring needs
                 yield chunk

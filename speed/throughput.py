@@ -15,7 +15,9 @@ Model: a full-size OpenAI CLIP ViT-B/32 with random weights (same cost as the re
 
 ``--host-only`` measures capeval's host pipeline alone: the one-caption workload with the model forward replaced by
 a zero-cost stub, against the decode limit measured in the same run (the same decode and transform of the same
-files in ``cpu_count`` DataLoader worker processes, nothing else). ``--device`` runs every peer there: capeval,
+files in ``cpu_count`` DataLoader worker processes, nothing else), and the Expert workload with the same stub; the
+report gives both host runs' CPU seconds in the scoring process itself (child processes excluded) per 1,000 image
+files. ``--device`` runs every peer there: capeval,
 torchmetrics' metric moved with ``.to(device)``, and the reference loop as ``clipscore.py`` runs it (DataLoader with
 8 workers, batches of 64 images and 256 captions, ``clip``'s model in fp16 on CUDA as ``clip.load`` builds it).
 
@@ -84,7 +86,8 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help="capeval's precision (auto: fp32 on the CPU, fp16 on CUDA as clip.load)")
     parser.add_argument("--host-only", action="store_true",
                         help="only capeval with the model forward stubbed out and the decode limit (peers "
-                             "decode-limit,capeval-host), for the host pipeline's fraction of the limit")
+                             "decode-limit,capeval-host,capeval-host-expert), for the host pipeline's fraction of "
+                             "the limit and its CPU seconds in the scoring process per 1,000 image files")
     parser.add_argument("--child", choices=sorted(PEERS), help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", type=Path, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
@@ -177,7 +180,7 @@ def _run_peers(peers: List[str], arguments: argparse.Namespace, matmul: float,
                 started = time.perf_counter()
                 result = run_child(peer, arguments, cache_dir if peer.startswith("capeval-ref") else None)
                 print(f"[run {repeat + 1}] {peer}: {result.pairs} pairs in {result.seconds:.1f} s = "
-                      f"{result.pairs_per_second:.2f} pairs/s, CPU {result.cpu_seconds:.1f} s, peak memory "
+                      f"{result.pairs_per_second:.2f} pairs/s, CPU {result.cpu_seconds:.2f} s, peak memory "
                       f"{result.peak_memory_mb:.0f} MB ({time.perf_counter() - started:.0f} s with start-up)",
                       flush=True)
                 if peer not in results or result.seconds < results[peer].seconds:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Prot
 
 import numpy as np
 
+from capeval.file_checks import FileChecks
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
 from capeval.options import check_positive_int
 from capeval.registry import MetricFamily
@@ -100,6 +101,8 @@ class Scorer(ABC):
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.family, self.device)
         self.chunk_size = chunk_size
+        self.file_checks: Optional[FileChecks] = None
+        """Processes that read, check and hash image files for validation; ``None``: this process's threads do."""
         self._truncated: List[TextPosition] = []
 
     @property
@@ -131,10 +134,15 @@ class Scorer(ABC):
         self._check_references_mode(references)
         per_item: Dict[str, List[np.ndarray]] = {}
         self._truncated = []
-        for chunk in validated_ahead(self._chunks(images, candidates, references)):
-            for name, values in self._score_chunk(chunk).items():
-                per_item.setdefault(name, []).append(values)
-            del chunk  # release this chunk's images before the next one is read
+        try:
+            for chunk in validated_ahead(self._chunks(images, candidates, references)):
+                for name, values in self._score_chunk(chunk).items():
+                    per_item.setdefault(name, []).append(values)
+                del chunk  # release this chunk's images before the next one is read
+        except BaseException:
+            if self.file_checks is not None:  # as the decoding workers: no process outlives a failed call
+                self.file_checks.close()
+            raise
         if self._truncated:
             warnings.warn(self.truncation_warning(self._truncated), stacklevel=2)
         result: Dict[str, Any] = {}
@@ -159,7 +167,7 @@ class Scorer(ABC):
     ) -> Iterator[ScoringItems]:
         """Validated chunks of ``chunk_size`` items (images validated as image inputs; a scorer taking other image
         inputs, such as region features, overrides this)."""
-        return iter_scoring_items(images, candidates, references, self.chunk_size)
+        return iter_scoring_items(images, candidates, references, self.chunk_size, file_checks=self.file_checks)
 
     @abstractmethod
     def _score_chunk(self, chunk: ScoringItems) -> Dict[str, np.ndarray]:

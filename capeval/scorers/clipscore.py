@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Dict, Iterable, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from capeval.functional import clipscore as functional
+from capeval.file_checks import FileChecks
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning
 from capeval.models.clip.encoders import ClipEmbeddingEngine
 from capeval.models.clip.loading import Backbone, load_backbone
@@ -74,6 +75,8 @@ class ClipEngineScorer(Scorer):
             image_batch_size=batch_size or IMAGE_BATCH_SIZE,
             text_batch_size=text_batch_size or default_batch_size(self.device),
             num_workers=num_workers, cache_dir=cache_dir, progress=progress)
+        if self.engine.num_workers > 0:  # checking a file costs about a sixth of decoding it
+            self.file_checks = FileChecks(max(1, self.engine.num_workers // 4))
         self._engine_options: Dict[str, Any] = {"cache_dir": cache_dir, "text_batch_size": text_batch_size,
                                                 "num_workers": num_workers, "progress": progress}
         """The engine options as given, which a scorer of videos on the same backbone

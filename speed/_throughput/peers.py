@@ -34,12 +34,13 @@ PEERS: Dict[str, Tuple[str, Run]] = {
                                                    one_caption_workload)),
     "decode-limit": ("one-caption", _run("host_peers", "run_decode_limit", one_caption_workload)),
     "capeval-host": ("one-caption", _run("host_peers", "run_capeval_host", one_caption_workload)),
+    "capeval-host-expert": ("expert", _run("host_peers", "run_capeval_host", expert_workload)),
     "per-pair": ("expert", _run("reference_peers", "run_per_pair", expert_workload)),
 }
 """Peer name -> (workload, run), in run order (acceptance peers first, slow reference-style peers last). The
 ``-cold``/``-warm`` pair shares one on-disk cache folder (the context's ``cache_dir``), emptied before each cold run;
 the other peers get no cache folder."""
-HOST_ONLY_PEERS = ["decode-limit", "capeval-host"]
+HOST_ONLY_PEERS = ["decode-limit", "capeval-host", "capeval-host-expert"]
 """The peers of ``--host-only``."""
 
 DESCRIPTIONS = {
@@ -52,6 +53,7 @@ DESCRIPTIONS = {
     "reference-batched-1cap": "clipscore.py loop (8 workers, no dedup)",
     "decode-limit": "decode limit (cpu_count worker processes)",
     "capeval-host": "capeval, model forward stubbed (host only)",
+    "capeval-host-expert": "capeval, model forward stubbed (host only)",
     "per-pair": "reference style, per pair (batch 1)",
     "capeval-1cap": "capeval CLIP-S",
     "torchmetrics-1cap": "torchmetrics CLIPScore",

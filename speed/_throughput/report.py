@@ -58,6 +58,7 @@ def report(results: Dict[str, PeerResult], arguments: argparse.Namespace, matmul
     lines = [_preamble(arguments), HEADER, "-" * len(HEADER)]
     lines += [_table_row(peer, result, results) for peer, result in results.items()]
     lines += [LEGEND, *_matmul_lines(results, matmul, model_dir, arguments.threads), *_decode_limit_lines(results)]
+    lines += _main_process_lines(results)
     lines += _per_item_lines(arguments.work_dir / "scores", arguments.device)
     lines += ["\nAcceptance:", *_acceptance(results, arguments.device)]
     print("\n".join(lines))
@@ -139,6 +140,24 @@ def _per_cpu_line(host: PeerResult, limit: PeerResult) -> str:
 
     return (f"  {'':44s} per CPU second (process and workers): {per_cpu(host):.1f} against "
             f"{per_cpu(limit):.1f} images = {per_cpu(host) / per_cpu(limit):.3f}")
+
+
+def _main_process_lines(results: Dict[str, PeerResult]) -> List[str]:
+    """The host-only peers' CPU seconds in the scoring process itself (all its threads, no child process) per 1,000
+    image files, beside its child processes' (nothing without a host-only peer)."""
+    lines = []
+    for peer in ("capeval-host", "capeval-host-expert"):
+        host = results.get(peer)
+        if host is None or not host.images_encoded:
+            continue
+        workers = (host.extra or {}).get("worker_cpu_seconds", float("nan"))
+        lines.append(f"  {host.workload:11s} {host.images_encoded} files, {host.pairs} pairs: main process "
+                     f"{host.cpu_seconds:.2f} CPU s = {1000 * host.cpu_seconds / host.images_encoded:.2f} CPU s per "
+                     f"1,000 image files (its living child processes, decoding and file checks: {workers:.2f} CPU s)")
+    if lines:
+        lines.insert(0, "\nHost pipeline, model forward stubbed: the scoring process's own CPU time (all its threads, "
+                        "child processes excluded)")
+    return lines
 
 
 def _per_item_lines(scores_dir: Path, device: str) -> List[str]:

@@ -1,16 +1,12 @@
 """What the image decoding worker processes run: decode and transform groups of images to uint8 arrays.
 
-Workers are started by ``fork`` where there is one (Linux): ``spawn`` and ``forkserver`` import the user's main
-module again in every worker, which fails in a script without an ``if __name__ == "__main__":`` guard (as under
-``accelerate launch``). A forked worker runs only the loader's loop over this module's code; the cache's SQLite
-connections it inherits are never closed there (the parent closes each as soon as its cache is gone).
+Workers are started by ``fork`` where there is one (Linux; :mod:`capeval.processes` says why). A forked worker runs
+only the loader's loop over this module's code; the cache's SQLite connections it inherits are never closed there (the
+parent closes each as soon as its cache is gone). An image given as a file path is read here, in the worker, and its
+content checked against the hash its validation took (:meth:`capeval.inputs.ImageItem.open`).
 """
 from __future__ import annotations
 
-import multiprocessing
-import sys
-import warnings
-from multiprocessing.context import BaseContext
 from typing import Any, Iterator, List, Union
 
 import numpy as np
@@ -18,6 +14,7 @@ import torch
 
 from capeval.inputs import ImageItem, InputError
 from capeval.models.clip.preprocessing import ImageTransform
+from capeval.processes import forking_quietly
 
 
 class DecodedImages(torch.utils.data.Dataset):
@@ -56,22 +53,7 @@ def as_is(group: Union[np.ndarray, InputError]) -> Union[np.ndarray, InputError]
     return group
 
 
-def worker_context() -> BaseContext:
-    """``fork`` on Linux, else the platform's default start method."""
-    if sys.platform.startswith("linux"):
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context()
-
-
-_FORK_WITH_THREADS = r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks"
-
-
 def started_workers(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
-    """``iter(loader)``: the loader's worker processes started, without the ``DeprecationWarning`` that ``os.fork``
-    gives from Python 3.12 on whenever the process has other threads, as a scoring process always has (validation
-    threads, torch's and the tokenizer's pools). PyTorch's DataLoader forks the same way on Linux; the workers run
-    only its worker loop and the decoding of media with PIL or PyAV and NumPy, and neither the tokenizer's nor
-    torch's pools are used in them (torch re-initialises its pool after a fork)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_FORK_WITH_THREADS, category=DeprecationWarning)
+    """``iter(loader)``: the loader's worker processes started (:func:`capeval.processes.forking_quietly`)."""
+    with forking_quietly():
         return iter(loader)

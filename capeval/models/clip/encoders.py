@@ -25,10 +25,11 @@ import torch
 
 from capeval.engine import Batch, EmbeddingEngine, Item, RowProducer, fixed_size_batches, to_rows
 from capeval.inputs import ImageItem, InputError
-from capeval.models.clip.decoding import DecodedImages, Groups, as_is, started_workers, worker_context
+from capeval.models.clip.decoding import DecodedImages, Groups, as_is, started_workers
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.modeling import forward_version
 from capeval.models.clip.preprocessing import PREPROCESSING_VERSION, pad_token_ids
+from capeval.processes import worker_context
 
 
 def backbone_cache_key(backbone: Backbone, settings: str) -> str:
@@ -215,6 +216,13 @@ class ClipEmbeddingEngine(EmbeddingEngine):
         self.backbone = backbone
         super().__init__([ImageRows(backbone, image_batch_size, num_workers), TextRows(backbone, text_batch_size),
                           *extra_producers], cache_dir=cache_dir, memory_cache_bytes=memory_cache_bytes, progress=progress)
+
+    @property
+    def num_workers(self) -> int:
+        """The image decoding worker processes (0: images are decoded in this process)."""
+        image_rows = self.producers["image"]
+        assert isinstance(image_rows, ImageRows)
+        return image_rows.num_workers
 
     def image_features(self, images: Sequence[ImageItem]) -> np.ndarray:
         """Projected features of ``images``, one row per input (duplicates share their row)."""

@@ -21,10 +21,11 @@ import torch
 
 from capeval.engine import Batch, RowProducer
 from capeval.inputs import InputError
-from capeval.models.clip.decoding import as_is, started_workers, worker_context
+from capeval.models.clip.decoding import as_is, started_workers
 from capeval.models.clip.encoders import backbone_cache_key, default_num_workers
 from capeval.models.clip.loading import Backbone
 from capeval.models.clip.preprocessing import ImageTransform
+from capeval.processes import worker_context
 from capeval.video import VideoItem, decoder_version
 
 PREFETCH_GROUPS = 2

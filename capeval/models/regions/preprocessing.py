@@ -12,13 +12,11 @@ which takes its ratio from the output size: the two agree only when ``side * sca
 """
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.nn import functional as F
 
 from capeval.inputs import InputError, ImageItem
@@ -47,11 +45,7 @@ def decode_rgb(item: ImageItem) -> np.ndarray:
 
 def header_size(item: ImageItem) -> Tuple[int, int]:
     """(height, width) of an image as its header states it, read without decoding the pixels."""
-    if isinstance(item.data, Image.Image):
-        width, height = item.data.size
-    else:
-        with Image.open(io.BytesIO(item.data)) as image:
-            width, height = image.size
+    width, height = item.size()
     return height, width
 
 
