@@ -56,7 +56,6 @@ from capeval.originals import SOURCES, OriginalFile
 from capeval.transfers import sha256_of
 from conversion.published_folders import FolderKind, folder_kind
 
-WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "README.md"
 SPACE_SDK = "gradio"
 # Written by the transformers version in use: not part of what a config means.

@@ -33,7 +33,8 @@ from conversion.clip_converter import (clip_config_from_state_dict, default_bpe_
                                        write_tokenizer)
 from conversion.convert_clip import DEFAULT_NORMALIZATION
 from conversion.polos_converter import SENTENCE_ENCODER_ARCHITECTURE, write_tokenizer_config
-from conversion.publish import WEIGHTS_FILE, metadata_differences
+from conversion.publish import metadata_differences
+from conversion.published_folders import WEIGHTS_NAME
 
 HUB_MODELS_DIR = Path(__file__).resolve().parent
 # What ``CLIPModel.save_pretrained`` adds to the config of the fp32 model that convert_clip.py saves.
@@ -138,7 +139,7 @@ def check(repo_id: str) -> list[str]:
         generated = Path(scratch)
         generate(repo_id, generated)
         names = sorted(path.relative_to(generated).as_posix() for path in generated.rglob("*")
-                       if path.is_file() and path.name != WEIGHTS_FILE)
+                       if path.is_file() and path.name != WEIGHTS_NAME)
         return metadata_differences(generated, HUB_MODELS_DIR / repo_id, names)
 
 

@@ -16,7 +16,8 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor
 
 from conversion.clip_converter import clip_config_from_state_dict, load_original_state_dict
-from conversion.publish import ORIGINAL_SHA256_PATTERN, WEIGHTS_FILE, read_front_matter
+from conversion.publish import ORIGINAL_SHA256_PATTERN, read_front_matter
+from conversion.published_folders import WEIGHTS_NAME
 from capeval.hub import CHECKSUMS_NAME
 from capeval.originals import SOURCES
 from hub_models.generate_configs import HUB_MODELS, card_models, card_with_originals, check, write_metadata
@@ -265,7 +266,7 @@ def test_generator_writes_what_conversion_writes(fixture_name: str, request: pyt
                                                  tmp_path: Path) -> None:
     tiny: TinyClip = request.getfixturevalue(fixture_name)
     write_metadata(load_original_state_dict(tiny.checkpoint), tiny.arch, tmp_path)
-    converted = sorted(path.name for path in tiny.hf_dir.iterdir() if path.name not in (WEIGHTS_FILE, CHECKSUMS_NAME))
+    converted = sorted(path.name for path in tiny.hf_dir.iterdir() if path.name not in (WEIGHTS_NAME, CHECKSUMS_NAME))
     assert sorted(path.name for path in tmp_path.iterdir()) == converted
     for name in converted:
         assert (tmp_path / name).read_bytes() == (tiny.hf_dir / name).read_bytes(), name
