@@ -200,8 +200,8 @@ def bridge(settings: Settings) -> List[FamilyResult]:
     if settings.nltk_data is not None:
         extra += ["--nltk-data", str(settings.nltk_data)]
     result = _expert_family(settings, "bridge", "BRIDGE", "bridge_speed.py",
-                            _sizes(settings, "bridge", (2, 1), (1000, 500)), extra, _rates({"BRIDGE pseudo-caption forward (grid, mapper, text tower)":
-                                           "pseudo_captions"}))
+                            _sizes(settings, "bridge", (2, 1), (1000, 500)), extra,
+                            _rates({"BRIDGE pseudo-caption forward (grid, mapper, text tower)": "pseudo_captions"}))
     run = json.loads((settings.out_dir / "bridge.json").read_text(encoding="utf-8"))
     result.notes.append(f"BRIDGE: {run['captioning_seconds']:.1f} of {run['seconds']:.1f} s in BLIP-large "
                         f"captioning (random weights: captions run to max_length); tagger {run['tagger']}.")
