@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from _paths import FLICKR8K_DIR
 
 FULL_IMAGES = 1000
 """Images of Flickr8k-Expert."""
+
+Inputs = TypeVar("Inputs")
 
 
 def expert_items(data_dir: Path = FLICKR8K_DIR, images: Optional[int] = None) -> Tuple[List, List[str], List[str]]:
@@ -49,3 +51,16 @@ def expert_parser(description: str, work_dir: str, forward_help: str) -> argpars
     parser.add_argument("--forward", action="store_true", help=forward_help)
     parser.add_argument("--json-out", type=Path)
     return parser
+
+
+def streamed_by_image(items: Sequence, make: Callable[[str], Inputs]) -> Iterator[Inputs]:
+    """Each item's image inputs (its regions), made by ``make(image)`` when the image's first item comes and let go
+    after its last. The items come grouped by image in the release's order (:func:`expert_items`), so ``make`` is
+    called once per image, in that order, and the consecutive items of an image share one object. The scorer holds
+    at most a chunk's images at a time: the inputs kept in memory do not grow with the workload, and its peak memory
+    measures the scorer, not the caller's arrays."""
+    image, inputs = None, None
+    for item in items:
+        if item.image != image:
+            image, inputs = item.image, make(item.image)
+        yield inputs

@@ -21,7 +21,7 @@ from torchvision.transforms import Compose
 from capeval import CLIPScore, PACScore
 from capeval.inputs import validate_image
 from capeval.models.clip.preprocessing import (OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageTransform, TextTransform,
-                                              clean_text)
+                                              clean_text, needs_fixing)
 from fixtures.clip_reference import PROMPT, reference_transform
 
 SCORE_TOLERANCE = {"cpu": (2e-6, 1e-6), "cuda": (1e-5, 5e-6)}
@@ -154,6 +154,25 @@ def test_tokenization_equals_clip_tokenize(tiny_openai_clip, caption_sets) -> No
         for t in texts
     )
     assert clean_text("  A  &amp;amp;\tB ") == "a & b"
+
+
+def test_text_cleaning_equals_clips_own_with_ftfy_skipped_on_plain_ascii() -> None:
+    """``clean_text`` skips ftfy on printable ASCII without ``&`` (``needs_fixing``); on every printable ASCII
+    character and on random strings mixing those with what ftfy does fix, it equals clip's ``basic_clean`` and
+    ``whitespace_clean`` (lower-cased, as clip's tokenizer does)."""
+    from clip.simple_tokenizer import basic_clean, whitespace_clean
+
+    printable = [chr(code) for code in range(0x20, 0x7F)]
+    special = ["&amp;", "&lt;b&gt;", "&#x41;", "\t", "\n", "\r\n", "\x1b[31m", "\x00", "\x7f", "\u00e9", "\u00c3\u00a9",
+               "\u201cq\u201d", "\uff21", "\ufb01", "\u0085", "\u2028", "e\u0301", "\u00a0"]
+    rng = np.random.default_rng(0)
+    texts = printable + ["".join(rng.choice(printable, size=int(rng.integers(1, 80)))) for _ in range(3000)]
+    texts += ["".join(rng.choice(printable + special * 4, size=int(rng.integers(1, 40)))) for _ in range(3000)]
+    skipped = [text for text in texts if not needs_fixing(text)]
+    assert 2000 < len(skipped) < len(texts) - 2000  # both paths taken often
+    for text in texts:
+        assert clean_text(text) == whitespace_clean(basic_clean(text)).lower(), repr(text)
+    assert all(needs_fixing(text) for text in special)
 
 
 def _check_scores(result: dict, reference: Dict[str, np.ndarray], name: str, device: str) -> None:
