@@ -99,6 +99,12 @@ class EmbeddingEngine:
         self.encoded = {kind: 0 for kind in self.producers}
         """How many rows of each kind this engine has run through the model (for tests and reports)."""
 
+    @property
+    def memory_cache_nbytes(self) -> int:
+        """Bytes of rows the memory caches hold now, all kinds together: at most ``memory_cache_bytes`` per kind,
+        whatever the number of items scored."""
+        return sum(cache.nbytes for cache in self._memory.values())
+
     def cache_namespace(self, kind: str) -> str:
         """On-disk namespace of ``kind``: the kind and a digest of its producer's :meth:`RowProducer.cache_key`."""
         digest = hashlib.blake2b(self.producers[kind].cache_key().encode(), digest_size=12).hexdigest()

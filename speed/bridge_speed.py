@@ -126,7 +126,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         "family": "bridge", "device": args.device, "threads": torch.get_num_threads(), "images": len(images),
         "items": len(items), "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
         "items_per_second": round(len(items) / seconds, 2), "captioning_seconds": round(captioning["seconds"], 2),
-        "tagger": tagger_name, "computed": dict(scorer.engine.encoded), "peak_rss_mb": round(peak_rss_mb(), 1)}
+        "tagger": tagger_name, "computed": dict(scorer.engine.encoded), "peak_rss_mb": round(peak_rss_mb(), 1),
+        "memory_cache_mb": round(scorer.engine.memory_cache_nbytes / 2**20, 1)}
     if args.forward:
         distinct = list(dict.fromkeys(paths))
         report["forward"] = {"pseudo_captions": pseudo_caption_forward(

@@ -103,7 +103,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "family": "tigerscore", "device": args.device, "threads": torch.get_num_threads(), "images": len(names),
         "items": len(items), "references": 5, "seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
         "items_per_second": round(len(items) / wall, 1), "computed": dict(scorer.engine.encoded),
-        "peak_rss_mb": round(peak_rss_mb(), 1), "tiger_score": result["tiger_score"],
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "memory_cache_mb": round(scorer.engine.memory_cache_nbytes / 2**20, 1), "tiger_score": result["tiger_score"],
     }
     if args.forward:
         first_regions = seeded_regions()

@@ -94,7 +94,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         "items": len(items), "references": 5, "pairs": pairs, "texts_encoded": texts_per_image(items, images),
         "reference_forwards": pairs + len(items), "seconds": round(seconds, 2), "cpu_seconds": round(cpu_seconds, 2),
         "items_per_second": round(len(items) / seconds, 2), "pairs_per_second": round(pairs / seconds, 2),
-        "peak_rss_mb": round(peak_rss_mb(), 1)}
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "memory_cache_mb": round(scorer.engine.memory_cache_nbytes / 2**20, 1)}
     if args.forward:
         texts = [text for item in items for text in (item.candidate, *item.references)]
         first = items[:args.batch_size]  # trunk_forward takes a batch's regions: the first items', six rows each

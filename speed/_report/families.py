@@ -41,6 +41,27 @@ class Row:
         return self.items / self.seconds
 
 
+@dataclass(frozen=True)
+class MemoryCheck:
+    """The two runs of the memory-flat check: each run's label and peak MB, and the MB of rows that the scorer's
+    engine holds in its memory caches at the end of the run (their largest: they only grow, up to a fixed bound per
+    row kind, ``EmbeddingEngine.memory_cache_nbytes``), ``None`` where the script does not report them."""
+
+    small: str
+    small_mb: float
+    large: str
+    large_mb: float
+    small_cache_mb: Optional[float] = None
+    large_cache_mb: Optional[float] = None
+
+    def growth(self) -> float:
+        """The larger run's peak over the smaller run's, less one; net of the memory caches where both runs report
+        them (a cache bounded whatever the number of items fills up over the first items)."""
+        if self.small_cache_mb is None or self.large_cache_mb is None:
+            return self.large_mb / self.small_mb - 1
+        return (self.large_mb - self.large_cache_mb) / (self.small_mb - self.small_cache_mb) - 1
+
+
 @dataclass
 class FamilyResult:
     """A family's rows and checks."""
@@ -48,8 +69,7 @@ class FamilyResult:
     family: str
     capeval: Row
     peers: List[Row] = field(default_factory=list)
-    memory: Optional[Tuple[str, float, str, float]] = None
-    """(smaller run, its peak MB, larger run, its peak MB) for the memory-flat check."""
+    memory: Optional[MemoryCheck] = None
     forwards: Dict[str, Tuple[float, float]] = field(default_factory=dict)
     """Forward name -> (model FLOPs per second of that forward alone on a ready batch, the fp32 matmul rate measured
     right after it in the same process)."""
@@ -136,8 +156,8 @@ def clip_s(settings: Settings) -> List[FamilyResult]:
     return [FamilyResult(
         "CLIP-S / PAC-S", row("capeval", "capeval CLIP-S"),
         [row("torchmetrics", "torchmetrics CLIPScore"), row("reference-batched", "clipscore.py loop")],
-        (f"{small_result['pairs']:,} pairs", small_result["peak_rss_mb"], f"{results['capeval']['pairs']:,} pairs",
-         results["capeval"]["peak_rss_mb"]),
+        MemoryCheck(f"{small_result['pairs']:,} pairs", small_result["peak_rss_mb"],
+                    f"{results['capeval']['pairs']:,} pairs", results["capeval"]["peak_rss_mb"]),
         {"CLIP ViT-B/32 image forward (batch 64)": forward},
         ["PAC-S runs this code path with PAC-S-format weights of the same ViT-B/32 shape: the same cost, so the "
          "CLIP-S row stands for it."])]
@@ -166,8 +186,9 @@ def _expert_family(settings: Settings, family: str, label: str, script: str, siz
     capeval = Row(f"capeval {label}", f"Expert, {run['images']:,} images", run["items"], run["seconds"],
                   run["peak_rss_mb"], cpu_seconds=run["cpu_seconds"])
     return FamilyResult(label, capeval, _original_row(settings, family, run["images"], run["items"]),
-                        (f"{smaller['items']:,} items", smaller["peak_rss_mb"], f"{run['items']:,} items",
-                         run["peak_rss_mb"]), forwards(run["forward"]))
+                        MemoryCheck(f"{smaller['items']:,} items", smaller["peak_rss_mb"], f"{run['items']:,} items",
+                                    run["peak_rss_mb"], smaller.get("memory_cache_mb"), run.get("memory_cache_mb")),
+                        forwards(run["forward"]))
 
 
 def _rates(named: Dict[str, str]) -> Callable[[Dict[str, Any]], Dict[str, Tuple[float, float]]]:
@@ -255,8 +276,8 @@ def emscore(settings: Settings) -> List[FamilyResult]:
                                     f"{score_agreement(run[peer], theirs[peer])}.")
     short, long = (run[name] for name in longs.split(","))
     result.memory_in = "video length"
-    result.memory = (f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
-                     f"{long['frames']:,}-frame video", max(long["peak_rss_mb"], long["peak_tree_pss_mb"]))
+    result.memory = MemoryCheck(f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
+                                f"{long['frames']:,}-frame video", max(long["peak_rss_mb"], long["peak_tree_pss_mb"]))
     forward = run["forward"]
     macs = vit_image_macs(random_vit_b32_folder(settings.work_dir))
     result.forwards["CLIP ViT-B/32 frame forward (batch 64)"] = (forward["frames"] / forward["seconds"] * 2 * macs,

@@ -1,5 +1,5 @@
 """``speed/report.py``'s command line: ``--images FAMILY=N`` sets a family's benchmark size (and N // 2 for the
-memory check), refuses what it cannot size, and reaches the family's speed script."""
+memory check), refuses what it cannot size, and reaches the family's speed script; the memory check's verdicts."""
 from __future__ import annotations
 
 import importlib
@@ -85,3 +85,45 @@ def test_the_sizes_reach_the_family_script(speed: Tuple[ModuleType, ModuleType],
     assert [int(call[call.index("--images") + 1]) for call in calls] == list(expected)
     assert "--forward" in calls[0] and "--forward" not in calls[1]
     assert (result.capeval.workload, result.capeval.items) == (f"Expert, {expected[0]:,} images", 6 * expected[0])
+
+
+@pytest.mark.parametrize(("cache_mb", "verdict", "detail"), [
+    # the larger run's peak grew by 30%, all of it rows of the bounded memory caches: flat net of them
+    ((100.0, 400.0), "PASS", "900 -> 900 MB, +0.0%; peaks 1,000 MB (3,000 items) -> 1,300 MB (6,000 items), of which "
+                             "cached rows 100 -> 400 MB"),
+    # the same peaks with the caches unchanged: the growth is the scorer's own
+    ((100.0, 100.0), "FAIL", "900 -> 1,200 MB, +33.3%"),
+])
+def test_the_memory_check_is_net_of_the_engines_memory_caches(speed: Tuple[ModuleType, ModuleType], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              cache_mb: Tuple[float, float], verdict: str,
+                                                              detail: str) -> None:
+    _, families = speed
+    rate = {"flops_per_second": 1e9, "matmul_flops_per_second": 2e9}
+
+    def run_script(script: str, arguments: List[str], json_out: Path) -> Dict[str, Any]:
+        larger = "--forward" in arguments
+        images = int(arguments[arguments.index("--images") + 1])
+        return {"images": images, "items": 6 * images, "seconds": 1.0, "cpu_seconds": 2.0,
+                "peak_rss_mb": 1300.0 if larger else 1000.0, "memory_cache_mb": cache_mb[larger],
+                "forward": {"gru": rate, "region_projection": rate, "grounding_float64": rate}}
+
+    monkeypatch.setattr(families, "run_script", run_script)
+    [result] = families.tigerscore(_settings(families, tmp_path, False, {}))
+    from _report.output import memory_verdicts
+
+    [line] = memory_verdicts([result])
+    assert line.startswith(f"{verdict}  TIGEr memory flat in items, net of the engine's memory caches")
+    assert detail in line
+
+
+def test_the_memory_check_without_cache_figures_compares_peaks(speed: Tuple[ModuleType, ModuleType]) -> None:
+    _, families = speed
+    from _report.output import memory_verdicts
+
+    check = families.MemoryCheck("120-frame video", 1000.0, "480-frame video", 1150.0)
+    result = families.FamilyResult("EMScore / video PAC-S", families.Row("capeval EMScore", "files", 6, 1.0, 1000.0),
+                                   memory=check, memory_in="video length")
+    assert memory_verdicts([result]) == [
+        "FAIL  EMScore / video PAC-S memory flat in video length: 1,000 MB (120-frame video) -> 1,150 MB "
+        "(480-frame video), +15.0% (target <= 10%)"]

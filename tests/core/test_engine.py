@@ -189,6 +189,15 @@ class WordLengths(RowProducer[str]):
 WORDS = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
 
 
+def test_memory_cache_nbytes_counts_the_cached_rows_up_to_the_bound() -> None:
+    engine = EmbeddingEngine([WordLengths()], memory_cache_bytes=4 * 3 * 4)  # four rows of three float32
+    assert engine.memory_cache_nbytes == 0
+    engine.rows("word", WORDS[:3])
+    assert engine.memory_cache_nbytes == 3 * 3 * 4
+    engine.rows("word", WORDS)  # six distinct rows through a cache of four
+    assert engine.memory_cache_nbytes == 4 * 3 * 4
+
+
 def test_an_interrupted_request_keeps_the_rows_it_computed(tmp_path) -> None:
     interrupted = WordLengths(stop_at=2)
     with pytest.raises(KeyboardInterrupt):
