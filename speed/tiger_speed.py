@@ -3,16 +3,16 @@
     python speed/tiger_speed.py [--data-dir DIR] [--images N] [--nltk-data ROOT] [--threads T] [--device cpu|cuda]
                                 [--forward] [--json-out FILE]
 
-Model: a full-size SCAN (vocabulary 11,353 x 300, bidirectional GRU 300 -> 1024, ``Linear(2048 -> 1024)``) with
-random weights and the published COCO vocabulary (``hub_models/capeval/tiger-scan-coco/vocab.json``), built once
-under ``--work-dir``; random weights cost what the real ones cost. Regions: one random ``(36, 2048)``
-``RegionFeatures`` per image, made when its first item is scored (``_expert.streamed_by_image``). Items: the Flickr8k-Expert shape (``_expert.py``): every distinct (image, candidate)
-pair of the first ``--images`` images (5,664 items on all 1,000) with the image's five references. The model is
-loaded and one warm-up item scored first (not timed); then the whole workload is scored from caption strings and
-region features. Reported: wall and CPU seconds, items/s, peak memory (``VmHWM``), and how many distinct regions,
-captions and (regions, caption) pairs were computed. ``--forward`` then times each forward alone on a ready batch of
-the workload's inputs (best of 3): the GRU over a text batch, the region projection over an image batch, and the
-float64 groundings of a batch of pairs, with their model FLOPs (``_flops.py``).
+Model: a full-size SCAN (vocabulary 11,353 x 300, bidirectional GRU 300 -> 1024, ``Linear(2048 -> 1024)``) with random
+weights and the published COCO vocabulary (``hub_models/capeval/tiger-scan-coco/vocab.json``), built once under
+``--work-dir``; random weights cost what the real ones cost. Regions: one random ``(36, 2048)`` ``RegionFeatures`` per
+image, made when its first item is scored (``_expert.streamed_by_image``). Items: the Flickr8k-Expert shape
+(``_expert.py``): every distinct (image, candidate) pair of the first ``--images`` images (5,664 items on all 1,000)
+with the image's five references. The model is loaded and one warm-up item scored first (not timed); then the whole
+workload is scored from caption strings and region features. Reported: wall and CPU seconds, items/s, peak memory
+(``VmHWM``), and how many distinct regions, captions and (regions, caption) pairs were computed. ``--forward`` then
+times each forward alone on a ready batch of the workload's inputs (best of 3): the GRU over a text batch, the region
+projection over an image batch, and the float64 groundings of a batch of pairs, with their model FLOPs (``_flops.py``).
 """
 from __future__ import annotations
 

@@ -5,15 +5,15 @@
 
 Model: a full-size ViLBERT trunk (``bert_base_6layer_6conect``: BERT-base text stream, 1024-wide visual stream and
 co-attention, task tokens) with seeded random weights, saved once under ``--work-dir`` with a 30,522-token WordPiece
-vocabulary made of the Flickr8k caption words (same shapes and operations as ``capeval/vilbert-multi-task``, so the
-same cost). Workload: the Flickr8k-Expert shape (``_expert.py``): every distinct (image, candidate) pair of the first
+vocabulary made of the Flickr8k caption words (same shapes and operations as ``capeval/vilbert-multi-task``, so the same
+cost). Workload: the Flickr8k-Expert shape (``_expert.py``): every distinct (image, candidate) pair of the first
 ``--images`` images (5,664 items on all 1,000) with the image's 5 references, read from ``--data-dir`` (default
-``$CAPEVAL_FLICKR8K_DIR``, else ``shared/data/flickr8k`` beside the repository); each image gets 100 random regions
-of 2048-d features with boxes, made when its first item is scored (``_expert.streamed_by_image``). Timed: ``ViLBERTScore.score`` from ``RegionFeatures`` and strings to scores, after a
-warm-up item. Reported: items, pairs (5 per item), texts encoded (each distinct (image, text) once) against the
-reference's forwards (candidate + 5 references per item), seconds, CPU seconds, items/s, pairs/s, peak memory
-(``VmHWM``). ``--forward`` then times the trunk alone on one ready batch of the workload's (regions, text) pairs
-(best of 3), with its model FLOPs (``_flops.py``).
+``$CAPEVAL_FLICKR8K_DIR``, else ``shared/data/flickr8k`` beside the repository); each image gets 100 random regions of
+2048-d features with boxes, made when its first item is scored (``_expert.streamed_by_image``). Timed:
+``ViLBERTScore.score`` from ``RegionFeatures`` and strings to scores, after a warm-up item. Reported: items, pairs (5
+per item), texts encoded (each distinct (image, text) once) against the reference's forwards (candidate + 5 references
+per item), seconds, CPU seconds, items/s, pairs/s, peak memory (``VmHWM``). ``--forward`` then times the trunk alone on
+one ready batch of the workload's (regions, text) pairs (best of 3), with its model FLOPs (``_flops.py``).
 """
 from __future__ import annotations
 

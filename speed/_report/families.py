@@ -54,12 +54,17 @@ class MemoryCheck:
     small_cache_mb: Optional[float] = None
     large_cache_mb: Optional[float] = None
 
+    def net_mb(self) -> Optional[Tuple[float, float]]:
+        """Both runs' peaks less their cached rows, or ``None`` unless both runs report them."""
+        if self.small_cache_mb is None or self.large_cache_mb is None:
+            return None
+        return self.small_mb - self.small_cache_mb, self.large_mb - self.large_cache_mb
+
     def growth(self) -> float:
         """The larger run's peak over the smaller run's, less one; net of the memory caches where both runs report
         them (a cache bounded whatever the number of items fills up over the first items)."""
-        if self.small_cache_mb is None or self.large_cache_mb is None:
-            return self.large_mb / self.small_mb - 1
-        return (self.large_mb - self.large_cache_mb) / (self.small_mb - self.small_cache_mb) - 1
+        small, large = self.net_mb() or (self.small_mb, self.large_mb)
+        return large / small - 1
 
 
 @dataclass
@@ -276,8 +281,9 @@ def emscore(settings: Settings) -> List[FamilyResult]:
                                     f"{score_agreement(run[peer], theirs[peer])}.")
     short, long = (run[name] for name in longs.split(","))
     result.memory_in = "video length"
-    result.memory = MemoryCheck(f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
-                                f"{long['frames']:,}-frame video", max(long["peak_rss_mb"], long["peak_tree_pss_mb"]))
+    result.memory = MemoryCheck(
+        f"{short['frames']:,}-frame video", max(short["peak_rss_mb"], short["peak_tree_pss_mb"]),
+        f"{long['frames']:,}-frame video", max(long["peak_rss_mb"], long["peak_tree_pss_mb"]))
     forward = run["forward"]
     macs = vit_image_macs(random_vit_b32_folder(settings.work_dir))
     result.forwards["CLIP ViT-B/32 frame forward (batch 64)"] = (forward["frames"] / forward["seconds"] * 2 * macs,

@@ -86,14 +86,14 @@ def memory_verdicts(families: Sequence[FamilyResult]) -> List[str]:
             continue
         growth = check.growth()
         peaks = f"{check.small_mb:,.0f} MB ({check.small}) -> {check.large_mb:,.0f} MB ({check.large})"
-        if check.small_cache_mb is None or check.large_cache_mb is None:
+        net = check.net_mb()
+        if net is None:
             target, detail = f"{family.family} memory flat in {family.memory_in}", f"{peaks}, {100 * growth:+.1f}%"
         else:
             target = (f"{family.family} memory flat in {family.memory_in}, net of the engine's memory caches "
                       f"(bounded per row kind)")
-            detail = (f"{check.small_mb - check.small_cache_mb:,.0f} -> {check.large_mb - check.large_cache_mb:,.0f} MB, "
-                      f"{100 * growth:+.1f}%; peaks {peaks}, of which cached rows {check.small_cache_mb:,.0f} -> "
-                      f"{check.large_cache_mb:,.0f} MB")
+            detail = (f"{net[0]:,.0f} -> {net[1]:,.0f} MB, {100 * growth:+.1f}%; peaks {peaks}, of which cached rows "
+                      f"{check.small_mb - net[0]:,.0f} -> {check.large_mb - net[1]:,.0f} MB")
         lines.append(_verdict(growth <= TARGET_FLAT_MEMORY, target,
                               f"{detail} (target <= {100 * TARGET_FLAT_MEMORY:.0f}%)"))
     return lines

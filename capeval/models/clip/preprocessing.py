@@ -112,8 +112,8 @@ def needs_fixing(text: str) -> bool:
     """Whether ftfy and HTML unescaping can change ``text``. They cannot change printable ASCII without ``&``: each
     of ftfy's fixers acts only on ``&`` entities, non-ASCII characters (mojibake, C1 controls, ligatures, full-width
     forms, curly quotes, surrogates), line breaks, terminal escapes or control characters, and NFC leaves ASCII as it
-    is (``tests/clip/test_parity.py`` checks this against clip's own cleaning). Skipping ftfy there makes the cleaning of
-    a typical caption 4-8x faster (``speed/README.md``)."""
+    is (``tests/clip/test_parity.py`` checks this against clip's own cleaning). Skipping ftfy there makes the
+    cleaning of a typical caption 4-8x faster (``speed/README.md``)."""
     return not (text.isascii() and text.isprintable() and "&" not in text)
 
 
