@@ -60,7 +60,7 @@ class ImageItem:
         again and must still hold the content that was validated (an :class:`InputError` naming the item if not)."""
         if isinstance(self.data, Image.Image):
             return self.data
-        data = self.data if isinstance(self.data, bytes) else self._unchanged_file(self.data)
+        data = self._encoded()  # read outside the PIL guard: a changed file is its own error
         with _pil_errors(self.index, self.label, "could not be decoded"):
             image = Image.open(io.BytesIO(data))
             image.load()
@@ -71,12 +71,16 @@ class ImageItem:
         checked as :meth:`open` checks it)."""
         if isinstance(self.data, Image.Image):
             return self.data.size
-        data = self.data if isinstance(self.data, bytes) else self._unchanged_file(self.data)
+        data = self._encoded()
         with _pil_errors(self.index, self.label, "is not a readable image"), Image.open(io.BytesIO(data)) as image:
             return image.size
 
-    def _unchanged_file(self, path: Path) -> bytes:
-        data = _read_file(path, self.index)
+    def _encoded(self) -> bytes:
+        """The encoded bytes of an image given as bytes or as a file (read again, and checked against its hash)."""
+        if isinstance(self.data, bytes):
+            return self.data
+        assert isinstance(self.data, Path)
+        data = _read_file(self.data, self.index)
         if _digest(b"file", data) != self.key:
             raise InputError(f"images[{self.index}] ({self.label}) changed after it was validated: the file no longer "
                              "holds the content that was read and hashed then; score it again")

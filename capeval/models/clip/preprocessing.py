@@ -121,7 +121,7 @@ def clean_text(text: str) -> str:
     """OpenAI CLIP's text cleaning: ftfy, HTML unescape twice, whitespace collapse, lower case."""
     if needs_fixing(text):
         text = html.unescape(html.unescape(ftfy.fix_text(text)))
-    return _WHITESPACE.sub(" ", text.strip()).strip().lower()
+    return _WHITESPACE.sub(" ", text).strip().lower()
 
 
 class TextTransform:
