@@ -1,9 +1,10 @@
 """What the image decoding worker processes run: decode and transform groups of images to uint8 arrays.
 
 Workers are started by ``fork`` where there is one (Linux; :mod:`capeval.processes` says why) and end with the process
-that started them. A forked worker runs only the loader's loop over this module's code; the cache's SQLite connections it
-inherits are never closed there (the parent closes each as soon as its cache is gone). An image given as a file path is read here, in the worker, and its
-content checked against the hash its validation took (:meth:`capeval.inputs.ImageItem.open`).
+that started them. A forked worker runs only the loader's loop over this module's code; the cache's SQLite connections
+it inherits are never closed there (the parent closes each as soon as its cache is gone). An image given as a file path
+is read here, in the worker, and its content checked against the hash its validation took
+(:meth:`capeval.inputs.ImageItem.open`).
 """
 from __future__ import annotations
 
