@@ -9,7 +9,10 @@ Video files are decoded to exactly the frames the EMScore reference reads with O
 ``encode_video``): ``cv2.VideoCapture`` read in order while fewer than ``CAP_PROP_FRAME_COUNT`` frames were read and the
 last read succeeded, BGR -> RGB, ``PIL.Image.fromarray``. That is, here:
 
-* the first video stream of the file, its frames in decoding order;
+* the first video stream of the file, its frames in decoding order. A still image (a file FFmpeg reads with its
+  image demuxers: JPEG, PNG, WebP, BMP...), a file without a video stream (audio only) and a file whose video stream
+  is an attached picture (an audio file's cover art) are refused, where the reference would score a picture as a
+  one-frame video; an animated GIF is a video;
 * at most the count cv2 reports: the stream's frame count from the container, else ``floor(duration * rate + 0.5)``
   (both from the header, so the count can be smaller than the frames that decode: the reference then reads only that
   many, and so does capeval). Where the header gives no positive count, the reference reads nothing and fails; capeval
@@ -269,10 +272,18 @@ def _opened(path: Path, where: str,
     except Exception as error:  # FFmpeg's errors for files it cannot open or parse
         raise InputError(f"{where} could not be opened as a video: {error}") from None
     with container:
+        format_name = container.format.name
+        if format_name == "image2" or format_name.endswith("_pipe"):  # FFmpeg's demuxers of still images
+            raise InputError(f"{where} is a still image ({container.format.long_name}), not a video; give a video "
+                             "file, or a video's frames as a list of images (score an image with images= / --images)")
         if not container.streams.video:
             kinds = sorted({stream.type for stream in container.streams}) or ["no streams"]
             raise InputError(f"{where} has no video stream (found: {', '.join(kinds)})")
         stream = container.streams.video[0]
+        if stream.disposition & av.stream.Disposition.attached_pic:
+            others = sorted({other.type for other in container.streams if other is not stream}) or ["nothing"]
+            raise InputError(f"{where} has no video stream, only an attached picture (cover art) beside its "
+                             f"{', '.join(others)}")
         stream.thread_type = "AUTO"  # the same frames, decoded faster
         stream.thread_count = threads
         yield container, stream
@@ -502,10 +513,7 @@ def validate_video(video: VideoInput, index: int, *, feature_dim: Optional[int] 
             return VideoItem(index, features.content_key(), features, f"features {features.features.shape} from "
                                                                       f"{path}")
         key = _file_key(path, index)
-        where = _where(index, str(path))
-        with _opened(path, where, threads=1) as (container, stream), \
-                closing(_decoded(container, stream, where)) as frames:
-            next(frames)  # the first frame decodes (no frame at all is an InputError)
+        _probe_file(path, _where(index, str(path)))
         return VideoItem(index, key, path, str(path))
     if isinstance(video, VideoFeatures):
         features = video.validated(index, feature_dim=feature_dim)
@@ -519,6 +527,22 @@ def validate_video(video: VideoInput, index: int, *, feature_dim: Optional[int] 
         hint = "; a video's frames are a list of images"
     raise InputError(f"videos[{index}] has type {type(video).__name__}; expected a video file path, a sequence of "
                      f"frames, a uint8 (frames, height, width, 3) array or VideoFeatures{hint}")
+
+
+def probe_video_files(videos: Sequence[VideoInput]) -> None:
+    """Open each video file of ``videos`` (feature files and frames aside) and decode its first frame, as
+    :func:`validate_video` does, without reading the whole file: a command checks its videos so before it loads a
+    model. Errors are :class:`InputError` naming ``videos[index]`` and the file."""
+    for index, video in enumerate(videos):
+        if isinstance(video, (str, os.PathLike)) and Path(video).suffix.lower() not in FEATURE_SUFFIXES:
+            _probe_file(Path(video), _where(index, str(video)))
+
+
+def _probe_file(path: Path, where: str) -> None:
+    """The file opens as a video and its first frame decodes (no frame at all is an :class:`InputError`)."""
+    with _opened(path, where, threads=1) as (container, stream), \
+            closing(_decoded(container, stream, where)) as frames:
+        next(frames)
 
 
 def _file_key(path: Path, index: int) -> str:
