@@ -12,7 +12,7 @@ from typing import Dict, Generator, List, Optional, Sequence, Tuple
 from PIL import Image
 
 from capeval.inputs import FileOutcome, InputError, file_key
-from capeval.processes import forking_quietly, worker_context
+from capeval.processes import ParentWatch, forking_quietly, worker_context
 
 
 def _file_keys(files: Sequence[Tuple[str, int]], max_pixels: Optional[int]) -> List[FileOutcome]:
@@ -28,9 +28,11 @@ def _file_keys(files: Sequence[Tuple[str, int]], max_pixels: Optional[int]) -> L
     return outcomes
 
 
-def _check_files_until_closed(connection: Connection) -> None:
+def _check_files_until_closed(connection: Connection, watch: ParentWatch) -> None:
     """A file-check process: the outcomes of each group of files received on ``connection`` (with the scoring
-    process's ``PIL.Image.MAX_IMAGE_PIXELS``), sent back, until the connection closes."""
+    process's ``PIL.Image.MAX_IMAGE_PIXELS``), sent back, until the connection closes or the scoring process dies
+    (``watch``)."""
+    watch()
     while True:
         try:
             files, max_pixels = connection.recv()
@@ -60,10 +62,11 @@ class FileChecks:
     hashes or errors, and spends its own time on neither the files' bytes nor PIL's header parsing.
 
     The processes start with the first check (``fork`` on Linux, :mod:`capeval.processes`) and persist until
-    :meth:`close`, until this object is garbage collected or until the interpreter exits; a process forked from this
-    one starts its own. None may be started inside a daemonic process (check in the caller's threads there). Every
-    check runs under the caller's ``PIL.Image.MAX_IMAGE_PIXELS`` of the moment; image format plugins registered after
-    the processes started are not known to them (nor to the decoding workers). One check runs at a time.
+    :meth:`close`, until this object is garbage collected, until the interpreter exits or until this process dies
+    (:class:`~capeval.processes.ParentWatch`); a process forked from this one starts its own. None may be started
+    inside a daemonic process (check in the caller's threads there). Every check runs under the caller's
+    ``PIL.Image.MAX_IMAGE_PIXELS`` of the moment; image format plugins registered after the processes started are not
+    known to them (nor to the decoding workers). One check runs at a time.
     """
 
     def __init__(self, processes: int) -> None:
@@ -114,10 +117,11 @@ class FileChecks:
         context = worker_context()
         Image.init()  # every format plugin imported before the fork: an import that another thread of this process
         # holds at that moment would stay locked in the child (PIL imports its plugins on first use)
+        watch = ParentWatch.here()
         with forking_quietly():
             for _ in range(self.processes):
                 ours, theirs = context.Pipe()
-                process = context.Process(target=_check_files_until_closed, args=(theirs,), daemon=True,
+                process = context.Process(target=_check_files_until_closed, args=(theirs, watch), daemon=True,
                                           name="capeval-file-checks")
                 process.start()
                 theirs.close()

@@ -61,7 +61,7 @@ class ImageItem:
         if isinstance(self.data, Image.Image):
             return self.data
         data = self._encoded()  # read outside the PIL guard: a changed file is its own error
-        with _pil_errors(self.index, self.label, "could not be decoded"):
+        with _pil_errors(self.index, self.label, "could not be decoded", data):
             image = Image.open(io.BytesIO(data))
             image.load()
         return image
@@ -72,7 +72,8 @@ class ImageItem:
         if isinstance(self.data, Image.Image):
             return self.data.size
         data = self._encoded()
-        with _pil_errors(self.index, self.label, "is not a readable image"), Image.open(io.BytesIO(data)) as image:
+        with _pil_errors(self.index, self.label, "is not a readable image", data), \
+                Image.open(io.BytesIO(data)) as image:
             return image.size
 
     def _encoded(self) -> bytes:
@@ -88,9 +89,10 @@ class ImageItem:
 
 
 @contextmanager
-def _pil_errors(index: int, label: str, failure: str) -> Iterator[None]:
+def _pil_errors(index: int, label: str, failure: str, data: bytes = b"") -> Iterator[None]:
     """Raise PIL's failures inside the block as an :class:`InputError` naming the image: decompression bombs
-    (PIL's warning-sized images included) as too large, anything else as ``failure``."""
+    (PIL's warning-sized images included) as too large, a video file (its encoded ``data``) as one to pass as a
+    video, data of no format PIL reads as such, anything else as ``failure``."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -100,13 +102,35 @@ def _pil_errors(index: int, label: str, failure: str) -> Iterator[None]:
             f"images[{index}] ({label}) is too large to decode safely: {error} "
             "(raise PIL.Image.MAX_IMAGE_PIXELS to accept it)"
         ) from None
+    except Image.UnidentifiedImageError:  # whose message names PIL's BytesIO, not the item
+        container = video_container(data)
+        if container is not None:
+            raise InputError(f"images[{index}] ({label}) is a video ({container}), not an image; pass it with "
+                             "videos= (--videos) to a video metric (EMScore, PAC-S)") from None
+        raise InputError(f"images[{index}] ({label}) {failure}: not in any image format PIL reads") from None
     except Exception as error:  # PIL raises many types for corrupt data
         raise InputError(f"images[{index}] ({label}) {failure}: {error}") from None
 
 
+_STILL_IMAGE_BRANDS = (b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1", b"avif", b"avis")
+"""ISO base media brands of still images (HEIF, AVIF), which share MP4's ``ftyp`` box."""
+
+
+def video_container(data: bytes) -> Optional[str]:
+    """The video container ``data`` starts as (``"MP4/QuickTime"``, ``"Matroska/WebM"``, ``"AVI"``,
+    ``"MPEG program stream"``, ``"FLV"``, ``"ASF/WMV"``), read from its signature, or ``None``."""
+    if data[4:8] == b"ftyp":
+        return None if data[8:12] in _STILL_IMAGE_BRANDS else "MP4/QuickTime"
+    if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
+        return "AVI"
+    signatures = {b"\x1a\x45\xdf\xa3": "Matroska/WebM", b"\x00\x00\x01\xba": "MPEG program stream", b"FLV\x01": "FLV",
+                  b"\x30\x26\xb2\x75": "ASF/WMV"}
+    return signatures.get(data[:4])
+
+
 def _check_header(data: bytes, index: int, label: str) -> None:
     """Parse the image header so that unreadable or oversized files fail before any model work."""
-    with _pil_errors(index, label, "is not a readable image"), Image.open(io.BytesIO(data)) as image:
+    with _pil_errors(index, label, "is not a readable image", data), Image.open(io.BytesIO(data)) as image:
         image.size  # noqa: B018 - the header parse is the check
 
 

@@ -9,7 +9,10 @@ Video files are decoded to exactly the frames the EMScore reference reads with O
 ``encode_video``): ``cv2.VideoCapture`` read in order while fewer than ``CAP_PROP_FRAME_COUNT`` frames were read and the
 last read succeeded, BGR -> RGB, ``PIL.Image.fromarray``. That is, here:
 
-* the first video stream of the file, its frames in decoding order;
+* the first video stream of the file, its frames in decoding order. A still image (a file FFmpeg reads with its
+  image demuxers: JPEG, PNG, WebP, BMP...), a file without a video stream (audio only) and a file whose video stream
+  is an attached picture (an audio file's cover art) are refused, where the reference would score a picture as a
+  one-frame video; an animated GIF is a video;
 * at most the count cv2 reports: the stream's frame count from the container, else ``floor(duration * rate + 0.5)``
   (both from the header, so the count can be smaller than the frames that decode: the reference then reads only that
   many, and so does capeval). Where the header gives no positive count, the reference reads nothing and fails; capeval
@@ -27,7 +30,10 @@ Frames are streamed: the frames held at once are the decoder's (its reference fr
 converted, whatever the length of the video. With ``num_frames=n``, frames are sampled as VATEX-EVAL-demo.py samples
 them, ``np.linspace(0, T - 1, n)`` cast to int, where T is the number of frames the reference's loop reads; for a file
 T is counted by decoding the video once without converting its frames (the header's count is not trusted), then the
-chosen frames are decoded and converted in a second pass that stops after the last of them.
+chosen frames are decoded and converted in a second pass that stops after the last of them. The sample is computed by
+arithmetic, run by run (:func:`frame_runs`), and a frame sampled several times (``n > T``) is converted once and given
+with the times it is sampled, so that the work is bounded by the video's frames; ``n`` is at most
+:data:`MAX_NUM_FRAMES`.
 """
 from __future__ import annotations
 
@@ -72,13 +78,58 @@ class VideoDecodeWarning(UserWarning):
     uses them."""
 
 
+MAX_NUM_FRAMES = 10_000
+"""The most frames ``num_frames`` may sample of a video. Each distinct frame is decoded and encoded once however often
+it is sampled, but every sampled frame is a row of the video's features (2 KB each for a 512-wide CLIP), as it is in
+the reference's arithmetic; 10,000 of them are 20 MB per video. VATEX-EVAL samples 10 (clips of about 250 frames)."""
+
+
+def check_num_frames(num_frames: Optional[int], name: str = "num_frames") -> None:
+    """``num_frames`` must be ``None`` or a positive integer of at most :data:`MAX_NUM_FRAMES`."""
+    check_positive_int(num_frames, name, optional=True)
+    if num_frames is not None and num_frames > MAX_NUM_FRAMES:
+        raise InputError(f"{name}={num_frames} is above capeval's limit of {MAX_NUM_FRAMES:,} frames sampled per video "
+                         "(each sampled frame is a row of the video's features); sample fewer, or pass None for every "
+                         "frame")
+
+
+def frame_runs(total: int, num_frames: Optional[int]) -> Iterator[Tuple[int, int]]:
+    """The frames :func:`sample_indices` keeps of ``total``, as (index, times sampled) in increasing index order, one
+    pair per distinct frame; computed by arithmetic, as many steps as distinct frames whatever ``num_frames``.
+
+    ``np.linspace(0, total - 1, n)`` is ``k * step`` for ``k < n - 1`` with ``step = (total - 1) / (n - 1)`` in double
+    arithmetic (Python's floats are IEEE doubles, as NumPy's), and ``total - 1`` exactly for ``k = n - 1``; the cast
+    truncates. The values never decrease with ``k``, so each distinct value's run ends where the next value's starts,
+    found from ``(value + 1) / step`` and corrected by evaluating the formula itself."""
+    if num_frames is None:
+        yield from ((index, 1) for index in range(total))
+        return
+    check_num_frames(num_frames)
+    if num_frames == 1 or total == 1:
+        yield 0, num_frames
+        return
+    step = (total - 1) / (num_frames - 1)
+
+    def value(k: int) -> int:
+        return total - 1 if k == num_frames - 1 else int(k * step)
+
+    first = 0
+    while first < num_frames:
+        index = value(first)
+        end = min(num_frames, max(first + 1, math.ceil((index + 1) / step)))
+        while end > first + 1 and value(end - 1) > index:
+            end -= 1
+        while end < num_frames and value(end) == index:
+            end += 1
+        yield index, end - first
+        first = end
+
+
 def sample_indices(total: int, num_frames: Optional[int]) -> List[int]:
     """The frame indices VATEX-EVAL-demo.py keeps of ``total`` frames: ``np.linspace(0, total - 1, num_frames)`` cast
-    to int (repeated indices when ``num_frames > total``), or every index when ``num_frames`` is ``None``."""
-    if num_frames is None:
-        return list(range(total))
-    check_positive_int(num_frames, "num_frames")
-    return [int(index) for index in np.linspace(0, total - 1, num_frames)]
+    to int (repeated indices when ``num_frames > total``), or every index when ``num_frames`` is ``None``;
+    ``num_frames`` is checked by :func:`check_num_frames`."""
+    return [index for index, times in frame_runs(total, num_frames) for _ in range(times)]
 
 
 def _where(index: Optional[int], label: Optional[str]) -> str:
@@ -221,10 +272,18 @@ def _opened(path: Path, where: str,
     except Exception as error:  # FFmpeg's errors for files it cannot open or parse
         raise InputError(f"{where} could not be opened as a video: {error}") from None
     with container:
+        format_name = container.format.name
+        if format_name == "image2" or format_name.endswith("_pipe"):  # FFmpeg's demuxers of still images
+            raise InputError(f"{where} is a still image ({container.format.long_name}), not a video; give a video "
+                             "file, or a video's frames as a list of images (score an image with images= / --images)")
         if not container.streams.video:
             kinds = sorted({stream.type for stream in container.streams}) or ["no streams"]
             raise InputError(f"{where} has no video stream (found: {', '.join(kinds)})")
         stream = container.streams.video[0]
+        if stream.disposition & av.stream.Disposition.attached_pic:
+            others = sorted({other.type for other in container.streams if other is not stream}) or ["nothing"]
+            raise InputError(f"{where} has no video stream, only an attached picture (cover art) beside its "
+                             f"{', '.join(others)}")
         stream.thread_type = "AUTO"  # the same frames, decoded faster
         stream.thread_count = threads
         yield container, stream
@@ -324,40 +383,58 @@ def iter_video_frames(path: Union[str, "os.PathLike[str]"], num_frames: Optional
     """The frames of a video file as the EMScore reference's cv2 path delivers them (RGB PIL images), streamed.
 
     ``num_frames=None`` gives every frame; an int gives the frames :func:`sample_indices` chooses of the T the
-    reference reads (a first pass decodes the file to count T). ``name`` names the video in errors (default: the
-    path); ``threads`` is the decoder's number of threads (0: one per core; 1 suits several decoding processes).
+    reference reads (a first pass decodes the file to count T), a frame sampled several times given as often (the same
+    image: it is decoded and converted once). ``name`` names the video in errors (default: the path); ``threads`` is
+    the decoder's number of threads (0: one per core; 1 suits several decoding processes).
     Errors are :class:`InputError`; a failure part way is a :class:`VideoDecodeWarning` and ends the frames.
     The arguments and PyAV are checked at the call; the file is read as the frames are taken.
     """
-    check_positive_int(num_frames, "num_frames", optional=True)
+    return repeated(iter_distinct_video_frames(path, num_frames, name=name, threads=threads))
+
+
+def iter_distinct_video_frames(path: Union[str, "os.PathLike[str]"], num_frames: Optional[int] = None, *,
+                               name: Optional[str] = None,
+                               threads: int = 0) -> Iterator[Tuple[Image.Image, int]]:
+    """:func:`iter_video_frames` with each distinct frame once: (image, times sampled) in order, so that the work is
+    bounded by the frames of the video whatever ``num_frames``."""
+    check_num_frames(num_frames)
     check_positive_int(threads, "threads", minimum=0)
     where = name or str(path)
     _import_av(where)
     return _converted_frames(Path(path), where, num_frames, threads)
 
 
-def _converted_frames(path: Path, where: str, num_frames: Optional[int], threads: int) -> Iterator[Image.Image]:
+def repeated(frames: Iterator[Tuple[Image.Image, int]]) -> Iterator[Image.Image]:
+    """Each image of (image, times) pairs, ``times`` times."""
+    for image, times in frames:
+        for _ in range(times):
+            yield image
+
+
+def _converted_frames(path: Path, where: str, num_frames: Optional[int],
+                      threads: int) -> Iterator[Tuple[Image.Image, int]]:
     """Decode ``path``, converting every frame, or (``num_frames`` given) count its frames first, then decode it
-    again converting only the sampled ones (each as often as it is sampled) and stop after the last of them."""
+    again converting only the sampled ones (each once, with the times it is sampled) and stop after the last of
+    them."""
     convert = _Conversion(where)
     if num_frames is None:
         with _opened(path, where, threads) as (container, stream):
             for number, frame in enumerate(_decoded(container, stream, where)):
-                yield convert(frame, number)
+                yield convert(frame, number), 1
         return
-    indices = sample_indices(count_video_frames(path, name=where, threads=threads), num_frames)
-    position = 0
+    total = count_video_frames(path, name=where, threads=threads)
+    runs = frame_runs(total, num_frames)
+    wanted, times = next(runs)
     with _opened(path, where, threads) as (container, stream):
         for number, frame in enumerate(_decoded(container, stream, where)):
-            if number == indices[position]:
-                image = convert(frame, number)
-                while position < len(indices) and indices[position] == number:
-                    yield image
-                    position += 1
-                if position == len(indices):
+            if number == wanted:
+                yield convert(frame, number), times
+                following = next(runs, None)
+                if following is None:
                     return
-    raise InputError(f"{where}: the file gave fewer frames on a second read than on the first "
-                     f"({indices[-1] + 1} were counted); was it changed meanwhile?")
+                wanted, times = following
+    raise InputError(f"{where}: the file gave fewer frames on a second read than on the first ({total} were "
+                     "counted); was it changed meanwhile?")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -396,11 +473,20 @@ class VideoItem:
     def frames(self, num_frames: Optional[int] = None, *, threads: int = 0) -> Iterator[Image.Image]:
         """The video's frames as RGB PIL images (streamed from a file), all or ``num_frames`` sampled as
         :func:`sample_indices` samples them; ``threads`` is the decoder's for a file (0: one per core)."""
+        return repeated(self.distinct_frames(num_frames, threads=threads))
+
+    def distinct_frames(self, num_frames: Optional[int] = None, *,
+                        threads: int = 0) -> Iterator[Tuple[Image.Image, int]]:
+        """:meth:`frames` with each distinct frame once, as (image, times sampled): each is decoded and converted
+        once however often it is sampled."""
         if isinstance(self.source, VideoFeatures):
             raise TypeError(f"videos[{self.index}] holds precomputed features; read them with features()")
         if isinstance(self.source, Path):
-            return iter_video_frames(self.source, num_frames, name=_where(self.index, self.label), threads=threads)
-        return (_memory_frame_to_pil(self.source[i]) for i in sample_indices(len(self.source), num_frames))
+            return iter_distinct_video_frames(self.source, num_frames, name=_where(self.index, self.label),
+                                              threads=threads)
+        check_num_frames(num_frames)
+        source = self.source
+        return ((_memory_frame_to_pil(source[index]), times) for index, times in frame_runs(len(source), num_frames))
 
     def features(self, num_frames: Optional[int] = None) -> VideoFeatures:
         """The precomputed features, all rows or ``num_frames`` sampled as :func:`sample_indices` samples them."""
@@ -427,10 +513,7 @@ def validate_video(video: VideoInput, index: int, *, feature_dim: Optional[int] 
             return VideoItem(index, features.content_key(), features, f"features {features.features.shape} from "
                                                                       f"{path}")
         key = _file_key(path, index)
-        where = _where(index, str(path))
-        with _opened(path, where, threads=1) as (container, stream), \
-                closing(_decoded(container, stream, where)) as frames:
-            next(frames)  # the first frame decodes (no frame at all is an InputError)
+        _probe_file(path, _where(index, str(path)))
         return VideoItem(index, key, path, str(path))
     if isinstance(video, VideoFeatures):
         features = video.validated(index, feature_dim=feature_dim)
@@ -444,6 +527,22 @@ def validate_video(video: VideoInput, index: int, *, feature_dim: Optional[int] 
         hint = "; a video's frames are a list of images"
     raise InputError(f"videos[{index}] has type {type(video).__name__}; expected a video file path, a sequence of "
                      f"frames, a uint8 (frames, height, width, 3) array or VideoFeatures{hint}")
+
+
+def probe_video_files(videos: Sequence[VideoInput]) -> None:
+    """Open each video file of ``videos`` (feature files and frames aside) and decode its first frame, as
+    :func:`validate_video` does, without reading the whole file: a command checks its videos so before it loads a
+    model. Errors are :class:`InputError` naming ``videos[index]`` and the file."""
+    for index, video in enumerate(videos):
+        if isinstance(video, (str, os.PathLike)) and Path(video).suffix.lower() not in FEATURE_SUFFIXES:
+            _probe_file(Path(video), _where(index, str(video)))
+
+
+def _probe_file(path: Path, where: str) -> None:
+    """The file opens as a video and its first frame decodes (no frame at all is an :class:`InputError`)."""
+    with _opened(path, where, threads=1) as (container, stream), \
+            closing(_decoded(container, stream, where)) as frames:
+        next(frames)
 
 
 def _file_key(path: Path, index: int) -> str:

@@ -27,7 +27,7 @@ from capeval.models.regions.files import read_region_features
 from capeval.options import PRECISION_DTYPES
 from capeval.outputs import check_output_file
 from capeval.registry import FAMILIES, MetricFamily
-from capeval.video import FEATURE_SUFFIXES, VIDEO_EXTENSIONS
+from capeval.video import FEATURE_SUFFIXES, VIDEO_EXTENSIONS, probe_video_files
 
 if TYPE_CHECKING:
     from capeval.scorers.base import Scorer
@@ -317,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
     family = FAMILIES[args.metric]
     family_options = _family_options(family, args)
     items = _jsonl_input(args, family) if args.jsonl is not None else _keyed_input(args, family)
+    if items.entry == "videos" and items.values is not None:
+        probe_video_files(items.values)  # a corrupt video fails before the model loads
     result = _score_by_key(_scorer(family, args, family_options), items)
     from capeval.runtime import process_state
 

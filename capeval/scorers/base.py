@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Prot
 
 import numpy as np
 
+from capeval.caller import user_stacklevel
 from capeval.file_checks import FileChecks
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, iter_scoring_items
 from capeval.options import check_positive_int
@@ -144,7 +145,7 @@ class Scorer(ABC):
                 self.file_checks.close()
             raise
         if self._truncated:
-            warnings.warn(self.truncation_warning(self._truncated), stacklevel=2)
+            warnings.warn(self.truncation_warning(self._truncated), stacklevel=user_stacklevel())
         result: Dict[str, Any] = {}
         for name, parts in per_item.items():
             values = np.concatenate(parts)

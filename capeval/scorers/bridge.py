@@ -13,6 +13,7 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from capeval.caller import user_stacklevel
 from capeval.functional import bridge as functional
 from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.bridge.encoders import BridgeEngine
@@ -100,7 +101,7 @@ class BRIDGEScore(Scorer):
         count = self.engine.pseudo_captions.without_chunks
         if count:
             warnings.warn(f"{count} images have a template caption without noun chunks; their t* is the embedding of "
-                          "the unmasked template caption", stacklevel=2)
+                          "the unmasked template caption", stacklevel=user_stacklevel())
         return result
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:

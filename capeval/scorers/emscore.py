@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import numpy as np
 
+from capeval.caller import user_stacklevel
 from capeval.engine import EmbeddingEngine
 from capeval.functional import emscore as functional
 from capeval.inputs import InputError, ScoringItems, TextPosition, TruncationWarning, check_not_single, \
@@ -29,11 +30,11 @@ from capeval.models.clip.encoders import TextTokenRows, TokenizedText
 from capeval.models.clip.frames import VideoFrameRows
 from capeval.models.clip.loading import load_backbone
 from capeval.models.clip.preprocessing import TextTransform
-from capeval.options import check_positive_int, check_scorer_options
+from capeval.options import check_scorer_options
 from capeval.registry import EMSCORE_VIEWS, FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
 from capeval.scorers.base import Scorer, model_revision
-from capeval.video import VideoInput, VideoItem, decoder_version, validate_video
+from capeval.video import VideoInput, VideoItem, check_num_frames, decoder_version, validate_video
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -96,12 +97,13 @@ class EMScore(Scorer):
         idf_corpus: sentences to compute the IDF table from (VATEX-EVAL uses VATEX's training captions); ``None``:
             the call's references, else its candidates, as the reference does.
         num_frames: frames sampled from each video as VATEX-EVAL-demo.py samples them (``np.linspace(0, T - 1, n)``
-            cast to int), also from precomputed features; ``None``: every frame (the reference's default).
+            cast to int), also from precomputed features; ``None``: every frame (the reference's default). At most
+            :data:`~capeval.video.MAX_NUM_FRAMES` (10,000); a frame sampled several times is decoded and encoded once.
         text_batch_size: captions per forward pass (64 on the CPU, 256 on an accelerator when ``None``).
         num_workers: video decoding processes; ``None``: the CPUs of this process shared among the processes of
             the machine; 0: decode in this process.
         chunk_size: items validated and scored at a time, bounding memory for streamed (iterable) inputs.
-        progress: show progress bars.
+        progress: show progress bars (of videos, and of their frames).
     """
 
     family = FAMILIES["emscore"]
@@ -124,7 +126,7 @@ class EMScore(Scorer):
         progress: bool = False,
     ) -> None:
         check_scorer_options(batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers)
-        check_positive_int(num_frames, "num_frames", optional=True)
+        check_num_frames(num_frames)
         if not isinstance(idf, bool):
             raise InputError(f"idf must be True or False, got {type(idf).__name__} {idf!r}; pass sentences as "
                              "idf_corpus=[...]")
@@ -140,7 +142,7 @@ class EMScore(Scorer):
             self._corpus = self._corpus_weights(idf_corpus)
         self.engine = EmbeddingEngine(
             [TextTokenRows(self.backbone, text_batch_size or default_batch_size(self.device)),
-             VideoFrameRows(self.backbone, batch_size or FRAME_BATCH_SIZE, num_frames, num_workers)],
+             VideoFrameRows(self.backbone, batch_size or FRAME_BATCH_SIZE, num_frames, num_workers, progress=progress)],
             cache_dir=cache_dir, progress=progress)
         self._weights = functional.UNIFORM
         self._idf_source = "none"
@@ -279,12 +281,15 @@ class EMScore(Scorer):
         """One warning per kind of item the reference scores as NaN (module doc of :mod:`capeval.functional.emscore`)."""
         zero_f, equal_weights = self._defined["zero_f"], self._defined["equal_weights"]
         if zero_f:
-            warnings.warn(f"{_items(zero_f)} fine-grained P + R = 0, where the reference's F is NaN; figr_F is 0 there",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"{_items(zero_f)} fine-grained P + R = 0, where the reference's F is NaN; figr_F is 0 "
+                          "there", RuntimeWarning, stacklevel=user_stacklevel())
         if equal_weights:
-            warnings.warn(f"{_items(equal_weights)} a caption whose IDF weights sum to 0 (every document of the IDF "
-                          "corpus holds the same tokens), where the reference's scores are NaN; its tokens were "
-                          "weighted equally", RuntimeWarning, stacklevel=3)
+            source = "idf_corpus" if self._idf_source.startswith("corpus-") else f"the call's {self._idf_source}"
+            warnings.warn(f"{_items(equal_weights)} a caption whose IDF weights sum to 0, where the reference's scores "
+                          f"are NaN; its tokens were weighted equally. The IDF table came from {source}, whose every "
+                          "sentence holds the same tokens (as one candidate alone does): weigh tokens equally on "
+                          "purpose with idf=False (--no-idf), or give a corpus of many sentences with "
+                          "idf_corpus=[...] (--idf-corpus FILE)", RuntimeWarning, stacklevel=user_stacklevel())
 
 
 def _items(count: int) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from capeval.caller import user_stacklevel
 from capeval.functional import polos as functional
 from capeval.inputs import ScoringItems, TextPosition, TruncationWarning
 from capeval.models.polos.encoders import PolosEngine, encoder_token_ids
@@ -73,7 +74,7 @@ class Polos(ClipEngineScorer):
             warnings.warn(f"{texts_exceed} the sentence encoder's {self.polos.max_tokens} tokens and "
                           f"{'was' if count == 1 else 'were'} cut to the first {self.polos.max_tokens} (the reference "
                           f"implementation fails on them): {shown}{f' and {more} more' if more > 0 else ''}",
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         return result
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from capeval.cache import text_key
+from capeval.caller import user_stacklevel
 from capeval.engine import EmbeddingEngine
 from capeval.functional import tigerscore as functional
 from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
@@ -123,7 +124,7 @@ class TIGErScore(Scorer):
                 f"TIGEr: the original code raises for {counts.total()} item(s), which got defined results: "
                 f"{counts.constant_reference_grounding} with constant reference grounding (RRS = 1), "
                 f"{counts.constant_candidate_grounding} with constant candidate grounding (regions ranked in order), "
-                f"{counts.wds_overflow} with an overflowing WDS sigmoid (WDS = 0)", stacklevel=2)
+                f"{counts.wds_overflow} with an overflowing WDS sigmoid (WDS = 0)", stacklevel=user_stacklevel())
         return result
 
     def _chunks(self, images: Iterable[Any], candidates: Iterable[str],

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from capeval.cache import text_key
+from capeval.caller import user_stacklevel
 from capeval.engine import EmbeddingEngine
 from capeval.functional import vilbertscore as functional
 from capeval.inputs import (ImageItem, InputError, ScoringItems, TextPosition, TruncationWarning,
@@ -133,7 +134,7 @@ class ViLBERTScore(Scorer):
         result = super().score(images, candidates, references)
         if self._undefined_f1:
             warnings.warn(f"{self._undefined_f1} (candidate, reference) pairs have P + R = 0; their F is 0 "
-                          "(the reference implementation gives NaN)", stacklevel=2)
+                          "(the reference implementation gives NaN)", stacklevel=user_stacklevel())
         return result
 
     def validate_entry(self, entry: Any, index: int) -> Union[KeyedRegions, ImageItem, UnresolvedEntry]:

@@ -44,6 +44,7 @@ from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.clip.modeling import pooled_text_states
 from capeval.models.clip.preprocessing import pad_token_ids
 from capeval.options import check_positive_int
+from capeval.processes import ParentWatch
 from capeval.runtime import process_state
 from capeval.scorers.bridge import BRIDGEScore
 from capeval.version import __version__
@@ -327,7 +328,8 @@ class BridgeTrainer:
         data = EpochData(self.config, self.images, self.templates, self.backbone, epoch)
         sampler = [list(range(step * size + rank * local, step * size + (rank + 1) * local))
                    for step in range(first_step, self.steps_per_epoch)]
-        loader = DataLoader(data, batch_sampler=sampler, collate_fn=_collate, num_workers=self.config.num_workers)
+        loader = DataLoader(data, batch_sampler=sampler, collate_fn=_collate, num_workers=self.config.num_workers,
+                            worker_init_fn=ParentWatch.here())  # its workers end with this process
         yield from loader
 
     @torch.no_grad()

@@ -20,8 +20,9 @@ import pytest
 from PIL import Image
 
 from capeval.inputs import InputError
-from capeval.video import (VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames, decoder_version,
-                           iter_video_frames, load_video_features, sample_indices, validate_video)
+from capeval.video import (MAX_NUM_FRAMES, VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames,
+                           decoder_version, frame_runs, iter_distinct_video_frames, iter_video_frames,
+                           load_video_features, sample_indices, validate_video)
 from fixtures.paths import REPO_ROOT
 from fixtures.videos import EXAMPLE_CLIP, H264, Clip, write_clip
 
@@ -167,6 +168,48 @@ def test_sample_indices_as_vatex_eval_demo() -> None:
     assert sample_indices(4, None) == [0, 1, 2, 3]
     with pytest.raises(InputError, match="^num_frames must be a positive integer, got 0$"):
         sample_indices(4, 0)
+
+
+def test_frame_runs_are_the_samples_by_arithmetic() -> None:
+    """Each distinct sampled frame once with the times np.linspace chooses it, for every small case and a spread of
+    large ones, and as many steps as distinct frames: 10,000 samples of 3 frames are 3 runs."""
+    rng = np.random.default_rng(0)
+    cases = [(total, count) for total in range(1, 60) for count in range(1, 130)]
+    cases += [(int(total), int(count))
+              for total, count in zip(rng.integers(1, 10**6, 300), rng.integers(1, 10**4, 300))]
+    for total, count in cases:
+        indices, times = np.unique(np.linspace(0, total - 1, count).astype(int), return_counts=True)
+        assert list(frame_runs(total, count)) == list(zip(indices.tolist(), times.tolist())), (total, count)
+    assert list(frame_runs(3, MAX_NUM_FRAMES)) == [(0, 5000), (1, 4999), (2, 1)]
+    assert list(frame_runs(3, None)) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_huge_frame_counts_are_refused_at_once(make_clip: Callable[[Clip], Path]) -> None:
+    """A count above the limit is refused before anything is decoded or listed (10**9 samples were a 10**9-element
+    list and minutes of work)."""
+    message = r"^num_frames=1000000000 is above capeval's limit of 10,000 frames sampled per video"
+    with pytest.raises(InputError, match=message):
+        sample_indices(250, 10**9)
+    with pytest.raises(InputError, match=message):
+        iter_video_frames(make_clip(CLIPS[0]), 10**9)
+    with pytest.raises(InputError, match=message):
+        validate_video(np.zeros((4, 2, 2, 3), np.uint8), 0).distinct_frames(10**9)
+    with pytest.raises(InputError, match=message):
+        VideoFeatures(np.ones((4, 8), np.float32)).sampled(10**9)
+
+
+def test_each_distinct_frame_is_decoded_once(make_clip: Callable[[Clip], Path]) -> None:
+    """10,000 samples of a 12-frame clip: 12 images, decoded and converted once each, with the times each is sampled;
+    frames() gives each image as often as it is sampled."""
+    path = make_clip(CLIPS[0])
+    every = decode_all(path)
+    distinct = list(iter_distinct_video_frames(path, MAX_NUM_FRAMES))
+    assert [times for _, times in distinct] == [times for _, times in frame_runs(12, MAX_NUM_FRAMES)]
+    assert_same_frames([np.asarray(image) for image, _ in distinct], every)
+    frames = list(iter_video_frames(path, MAX_NUM_FRAMES))
+    assert len(frames) == MAX_NUM_FRAMES and len({id(image) for image in frames}) == 12
+    in_memory = validate_video(np.stack(every), 0)
+    assert [times for _, times in in_memory.distinct_frames(30)] == [times for _, times in frame_runs(12, 30)]
 
 
 @pytest.mark.parametrize("num_frames", [1, 5, 12, 30])

@@ -1,9 +1,10 @@
 """What the image decoding worker processes run: decode and transform groups of images to uint8 arrays.
 
-Workers are started by ``fork`` where there is one (Linux; :mod:`capeval.processes` says why). A forked worker runs
-only the loader's loop over this module's code; the cache's SQLite connections it inherits are never closed there (the
-parent closes each as soon as its cache is gone). An image given as a file path is read here, in the worker, and its
-content checked against the hash its validation took (:meth:`capeval.inputs.ImageItem.open`).
+Workers are started by ``fork`` where there is one (Linux; :mod:`capeval.processes` says why) and end with the process
+that started them. A forked worker runs only the loader's loop over this module's code; the cache's SQLite connections
+it inherits are never closed there (the parent closes each as soon as its cache is gone). An image given as a file path
+is read here, in the worker, and its content checked against the hash its validation took
+(:meth:`capeval.inputs.ImageItem.open`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from capeval.inputs import ImageItem, InputError
 from capeval.models.clip.preprocessing import ImageTransform
-from capeval.processes import forking_quietly
+from capeval.processes import ParentWatch, forking_quietly
 
 
 class DecodedImages(torch.utils.data.Dataset):
@@ -54,6 +55,9 @@ def as_is(group: Union[np.ndarray, InputError]) -> Union[np.ndarray, InputError]
 
 
 def started_workers(loader: torch.utils.data.DataLoader) -> Iterator[Any]:
-    """``iter(loader)``: the loader's worker processes started (:func:`capeval.processes.forking_quietly`)."""
+    """``iter(loader)``: the loader's worker processes started (:func:`capeval.processes.forking_quietly`), each ended
+    as soon as this process dies (:class:`capeval.processes.ParentWatch`, made here: it depends on the thread that
+    starts them)."""
+    loader.worker_init_fn = ParentWatch.here()
     with forking_quietly():
         return iter(loader)
