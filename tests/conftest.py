@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Dict
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_EVALUATE_OFFLINE"] = "1"
 
 import pytest  # noqa: E402
 
+from fixtures.awkward_images import write_awkward_images  # noqa: E402
 from fixtures.clip_checkpoints import TinyClip, make_tiny_clip  # noqa: E402
 from fixtures.paths import TESTS_DIR  # noqa: E402
 
@@ -68,6 +70,12 @@ def strict_fp32(capeval_test_device: str, monkeypatch: pytest.MonkeyPatch) -> No
 def capeval_test_papers() -> Path:
     """Folder of the papers' plain-text versions (``pacscore-sarto2023.txt``...)."""
     return _shared_folder("CAPEVAL_TEST_PAPERS", "papers", "the papers' text files (pacscore-sarto2023.txt)")
+
+
+@pytest.fixture(scope="session")
+def awkward_images(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """The image files of :mod:`fixtures.awkward_images`, by file name (RGBA, palettes, 16-bit, CMYK, EXIF...)."""
+    return write_awkward_images(tmp_path_factory.mktemp("awkward_images"))
 
 
 @pytest.fixture(scope="session")

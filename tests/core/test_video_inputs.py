@@ -15,14 +15,18 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+import clip.clip
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from capeval.inputs import InputError
+from capeval.models.clip.preprocessing import ImageTransform
 from capeval.video import (MAX_NUM_FRAMES, VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames,
                            decoder_version, frame_runs, iter_distinct_video_frames, iter_video_frames,
                            load_video_features, sample_indices, validate_video)
+from fixtures.awkward_images import AWKWARD_IMAGES
 from fixtures.paths import REPO_ROOT
 from fixtures.videos import EXAMPLE_CLIP, H264, Clip, write_clip
 
@@ -477,3 +481,15 @@ def test_num_frames_is_checked_before_decoding(make_clip: Callable[[Clip], Path]
             iter_video_frames(path, bad)  # type: ignore[arg-type]
     with pytest.raises(InputError, match=r"^threads must be a non-negative integer, got -1$"):
         iter_video_frames(path, threads=-1)
+
+
+@pytest.mark.parametrize("name", AWKWARD_IMAGES)
+def test_frames_given_as_images_are_converted_before_the_transform(awkward_images: Dict[str, Path],
+                                                                   name: str) -> None:
+    """EMScore's frames reach CLIP's transform as ``Image.fromarray(frame_rgb).convert("RGB")``: RGB, so that the
+    transform's own conversion after the crop changes nothing; frames given as images of any mode are read so."""
+    image = Image.open(awkward_images[name])
+    [frame] = list(validate_video([image], 0).frames(None))
+    transform = ImageTransform(224)
+    expected = clip.clip._transform(224)(image.convert("RGB"))
+    assert torch.equal(transform.normalize(transform.to_uint8(frame, "frame")[None])[0], expected)

@@ -70,9 +70,9 @@ def test_caches_written_before_the_engine_are_served_until_the_version_changes(
         detector: BottomUpDetector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     items = [validate_image(image, i) for i, image in enumerate(_images([(32, 40), (40, 32), (32, 40)]))]
     expected = RegionExtractor(detector, SETTINGS).detections(items)
-    # the namespace the extractor used before: "regions-" + digest of fingerprint | version | settings (version 2
-    # since the bottom-up RPN fills up its proposals to min_boxes)
-    text = f"tiny-bottom-up|2|{SETTINGS.signature()}"
+    # the namespace the extractor used before: "regions-" + digest of fingerprint | version | settings (version 3
+    # since 16-bit and CMYK JPEG images are read as OpenCV reads them)
+    text = f"tiny-bottom-up|3|{SETTINGS.signature()}"
     namespace = "regions-" + hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
     DiskCache(tmp_path, namespace).put_many({item.key: _earlier_layout_row(d) for item, d in zip(items, expected)})
     cached = RegionExtractor(detector, SETTINGS, cache_dir=tmp_path)

@@ -75,7 +75,7 @@ class ImageRows(RowProducer[ImageItem]):
         return item.key
 
     def cache_key(self) -> str:
-        return backbone_cache_key(self.backbone, repr(self.backbone.image_transform))
+        return backbone_cache_key(self.backbone, self.backbone.image_transform.cache_settings())
 
     def plan(self, items: Mapping[str, ImageItem]) -> List[Batch]:
         return fixed_size_batches(items, self.batch_size)

@@ -2,7 +2,10 @@
 
 Images follow the transform of the reference code (OpenAI CLIP / OpenCLIP / PAC-S): ``Resize(224, BICUBIC)`` on the
 shortest side with the long side ``int(224 * long / short)``, ``CenterCrop(224)`` with torchvision's half-to-even
-offset rounding, ``convert("RGB")`` *after* the crop, ``ToTensor`` and ``Normalize``. The PIL steps run in loader
+offset rounding, ``convert("RGB")`` *after* the crop, ``ToTensor`` and ``Normalize``, on the image as
+``Image.open`` gives it (``clipscore.py``, PAC-S's ``ImageDataset``). Polos's reference converts to RGB when it opens
+the image, before the same transform (:attr:`ImageTransform.rgb_at_load`). The order matters for images that are not
+RGB or grey: PIL resizes RGBA and LA with premultiplied alpha and palette and bilevel images with nearest-neighbour. The PIL steps run in loader
 processes and produce uint8 tensors, which travel to the model's device as they are. There
 :meth:`ImageTransform.normalize_by_table` looks each (channel, value) up in a table of the 768 possible results, made
 on the CPU by torchvision's own float32 operations and cast to the model's dtype, as the reference casts its host
@@ -17,7 +20,7 @@ from __future__ import annotations
 import functools
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import ftfy
@@ -28,7 +31,8 @@ from PIL import Image
 from capeval.inputs import InputError
 
 PREPROCESSING_VERSION = "1"
-"""Bumped whenever preprocessing output changes; part of every on-disk cache key."""
+"""Bumped whenever preprocessing output changes; part of every on-disk cache key (the transform's settings are too:
+:meth:`ImageTransform.cache_settings`)."""
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -41,6 +45,14 @@ class ImageTransform:
     size: int = 224
     mean: Tuple[float, float, float] = OPENAI_CLIP_MEAN
     std: Tuple[float, float, float] = OPENAI_CLIP_STD
+    rgb_at_load: bool = field(default=False, repr=False)
+    """Convert to RGB before the resize (Polos's ``Image.open(path).convert("RGB")``) rather than after the crop;
+    left out of ``repr``, which keys the on-disk rows of the reference order as it always has (:meth:`cache_settings`
+    keys both)."""
+
+    def cache_settings(self) -> str:
+        """What on-disk rows of images transformed here are keyed on: size, normalisation and conversion order."""
+        return repr(self) + ("|rgb-at-load" if self.rgb_at_load else "")
 
     def resized_shape(self, width: int, height: int) -> Tuple[int, int]:
         """(width, height) after the shortest-side resize, with torchvision's ``int()`` truncation of the long side."""
@@ -71,13 +83,15 @@ class ImageTransform:
                 f"about {limit / self.size ** 2:,.0f} times the shorter")
 
     def to_uint8(self, image: Image.Image, name: str) -> torch.Tensor:
-        """Resize, crop and convert one PIL image; returns a ``uint8`` tensor of shape ``(3, size, size)``. An image
-        of a shape the transform cannot take (:meth:`size_problem`) raises :class:`InputError` naming it as
-        ``name`` (``images[3] (path)``)."""
+        """Resize, crop and convert one PIL image (convert, resize and crop with :attr:`rgb_at_load`); returns a
+        ``uint8`` tensor of shape ``(3, size, size)``. An image of a shape the transform cannot take
+        (:meth:`size_problem`) raises :class:`InputError` naming it as ``name`` (``images[3] (path)``)."""
         width, height = image.size
         problem = self.size_problem(width, height)
         if problem is not None:
             raise InputError(f"{name} {problem}")
+        if self.rgb_at_load:
+            image = image.convert("RGB")
         resized = image.resize(self.resized_shape(width, height), Image.BICUBIC)
         cropped = resized.crop(self.crop_box(*resized.size)).convert("RGB")
         array = np.asarray(cropped, dtype=np.uint8)

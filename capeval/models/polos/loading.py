@@ -3,6 +3,11 @@
 ``encoder/`` (the sentence encoder, a transformers folder) and ``clip/`` (a capeval CLIP folder, loaded by
 capeval's CLIP loader); from a local folder or the hub, once per process per setting.
 
+Images are read as the authors' code reads them (the wheel's dataset class, its README and validation scripts):
+``Image.open(path).convert("RGB")`` before CLIP's transform, where CLIP-S and PAC-S convert after the crop
+(:attr:`~capeval.models.clip.preprocessing.ImageTransform.rgb_at_load`, set on the backbone here, which also keys
+the on-disk image rows apart from CLIP-S's).
+
 The CLIP towers run at the scorer's precision (the wheel runs ``clip.load`` on CUDA, in fp16); the sentence encoder
 and the regressor always run in float32, as in the wheel.
 """
@@ -10,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -97,6 +102,7 @@ def load_polos_folder(folder: Path, device: torch.device, precision: str, name: 
     elif mix:
         raise ValueError(f"{folder / WEIGHTS_NAME} holds a layer mix but the config uses layer {config.layer}")
     backbone = load_backbone(folder / CLIP_FOLDER, None, device, precision)
+    backbone = replace(backbone, image_transform=replace(backbone.image_transform, rgb_at_load=True))
     fingerprints = "|".join(folder_fingerprint(part) for part in (folder, folder / ENCODER_FOLDER, folder / CLIP_FOLDER))
     return LoadedPolos(sentence_encoder.to(device=device, dtype=torch.float32).eval(), tokenizer, backbone,
                        tuple(layers), config, name if name is not None else str(folder), revision, folder,

@@ -44,9 +44,10 @@ if TYPE_CHECKING:  # the detectors' modules are imported by their loading (Detec
     from capeval.models.regions.modeling_bottom_up import BottomUpDetector
     from capeval.models.regions.modeling_x152_fpn import X152FpnDetector
 
-EXTRACTION_VERSION = "2"
+EXTRACTION_VERSION = "3"
 """Bumped whenever preprocessing, network or selection arithmetic changes, so old cache rows are not reused (2: the
-bottom-up RPN keeps at least ``min_boxes`` proposals, see :attr:`ExtractionSettings.min_proposals`)."""
+bottom-up RPN keeps at least ``min_boxes`` proposals, see :attr:`ExtractionSettings.min_proposals`; 3: 16-bit and
+CMYK JPEG images read as OpenCV reads them, see :func:`~capeval.models.regions.preprocessing.decode_rgb`)."""
 
 _PER_REGION = ("scores", "object_ids", "object_scores", "attribute_ids", "attribute_scores")
 

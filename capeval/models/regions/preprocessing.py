@@ -26,21 +26,42 @@ SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
 
 
 def decode_rgb(item: ImageItem) -> np.ndarray:
-    """(H, W, 3) uint8 RGB pixels of an image, as ``cv2.imread(path, IMREAD_COLOR)`` reads them: grey replicated to
-    three channels, alpha dropped (not composited), 16-bit samples scaled to 8 bits by 1/256 with rounding, CMYK and
-    palette images converted by PIL. EXIF orientation is not applied (the 2018 pipeline did not apply it)."""
+    """(H, W, 3) uint8 RGB pixels of an image, as ``generate_tsv.py``'s ``cv2.imread(path)`` reads them with the
+    OpenCV of the bottom-up pipeline (its README's ``python-opencv``, the Caffe build's OpenCV 2 default): grey
+    replicated to three channels, alpha dropped (not composited), palette and bilevel images expanded to their
+    colours, 16-bit samples cut to their high byte (libpng's ``png_set_strip_16``), CMYK JPEG samples turned to RGB
+    by OpenCV's integer formula (:func:`_opencv_cmyk_to_rgb`), EXIF orientation not applied (OpenCV 3.1 was the first
+    to apply it), the first frame of an animated GIF (which OpenCV 2 could not read; later versions give that frame).
+
+    vilbert-multi-task's ``_image_transform`` reads ``np.array(Image.open(path))`` instead: the same pixels for RGB
+    and grey images; it fails on images with alpha and on CMYK (four or two channels where it subtracts three
+    means), and takes palette indices, 0/1 bilevel values and 16-bit samples for 8-bit intensities. capeval reads
+    those images as above for both detectors, as ``tests/regions/test_image_reading.py`` checks. The LXMERT port's
+    ``img_tensorize`` calls ``cv2.imread`` too, under an OpenCV (4.x) that turns JPEGs by their EXIF orientation; the
+    ``"lxmert"`` preprocessing reads them unturned, as above."""
     image = item.open()
     if image.mode in SIXTEEN_BIT_MODES:
-        samples = np.asarray(image, dtype=np.float64)
-        grey = np.clip(np.rint(samples / 256.0), 0, 255).astype(np.uint8)
+        samples = np.asarray(image).astype(np.int64)
+        grey = (np.clip(samples, 0, 65535) >> 8).astype(np.uint8)
         return np.repeat(grey[:, :, None], 3, axis=2)
     if image.mode == "F":
         raise InputError(f"images[{item.index}] ({item.label}) holds floating-point samples (PIL mode F); "
                          "convert it to 8-bit first")
     try:
+        if image.mode == "CMYK" and image.format == "JPEG":
+            return _opencv_cmyk_to_rgb(np.asarray(image))
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
     except Exception as error:  # truncated data can surface only when pixels are read
         raise InputError(f"images[{item.index}] ({item.label}) could not be decoded: {error}") from None
+
+
+def _opencv_cmyk_to_rgb(cmyk: np.ndarray) -> np.ndarray:
+    """OpenCV's ``icvCvt_CMYK2BGR_8u_C4C3R`` on the samples libjpeg gives (Adobe-inverted: 255 minus the CMYK values
+    PIL gives, as its ``CMYK;I`` mode undoes the inversion): each colour ``k - ((255 - c) * k >> 8)``, which differs
+    from PIL's rounded ``(255 - C) * (255 - K) / 255`` by up to 1."""
+    inverted = 255 - cmyk.astype(np.int32)
+    key = inverted[:, :, 3:]
+    return (key - (((255 - inverted[:, :, :3]) * key) >> 8)).astype(np.uint8)
 
 
 def header_size(item: ImageItem) -> Tuple[int, int]:
