@@ -71,13 +71,13 @@ def check_cache_dir(root: Union[str, "os.PathLike[str]"]) -> bool:
     file, cannot be created or cannot be read."""
     folder = Path(root).expanduser()
     if folder.exists() and not folder.is_dir():
-        raise InputError(f"cache_dir {folder} is not a folder")
+        raise InputError(f"cache_dir={str(folder)!r} is not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise InputError(f"cache_dir {folder} cannot be created: {error.strerror or error}") from None
+        raise InputError(f"cache_dir={str(folder)!r} cannot be created: {error.strerror or error}") from None
     if not os.access(folder, os.R_OK | os.X_OK):
-        raise InputError(f"cache_dir {folder} cannot be read (permissions)")
+        raise InputError(f"cache_dir={str(folder)!r} cannot be read (permissions)")
     return os.access(folder, os.W_OK)
 
 

@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return args.handler(args)
     except (InputError, ConfigError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
         message = " ".join(str(error).split())
-        print(f"{prefix}: error: {in_flags(message)}", file=sys.stderr)
+        print(f"{prefix}: error: {in_flags(message, args.command_parser)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)

@@ -38,6 +38,14 @@ class DamagedWeightsError(ModelNotAvailableError):
     file and how to write it again."""
 
 
+def model_name(model: ModelRef) -> str:
+    """The name of a model as loaded-model tables key it and result signatures record it: a local folder's resolved
+    absolute path, so that one folder has one name whatever the interface and working directory it was given from; a
+    hub id as given."""
+    folder = Path(model).expanduser()
+    return str(folder.resolve()) if folder.is_dir() else str(model)
+
+
 def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
     """``revision`` if given; else capeval's pinned revision of a known hub model (:data:`capeval.registry.MODELS`,
     which the result signature records); ``None`` for local folders and other models."""
@@ -55,7 +63,7 @@ def resolve_model_folder(
     with original files, those files downloaded, checked and converted now (never when offline). ``converter``
     names the script that writes such folders, and ``parameter`` the argument that takes one (``regions`` for a
     scorer's detector)."""
-    problem = local_model_problem(model, converter)
+    problem = local_model_problem(model, converter, parameter)
     if problem is not None:
         raise ModelNotAvailableError(problem)
     folder = Path(model).expanduser()

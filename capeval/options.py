@@ -70,23 +70,25 @@ def checked_device(device: Union[str, "torch.device"]) -> "torch.device":
     try:
         target = torch.device(device)
     except (RuntimeError, ValueError) as error:
-        raise InputError(f"device {str(device)!r} is not a torch device name ({error})") from None
+        raise InputError(f"device={str(device)!r} is not a torch device name ({error})") from None
     if target.type == "cpu":
         return target
     available = available_devices()
     of_type = [name for name in available if name.split(":")[0] == target.type]
     kind = target.type.upper() if target.type in ("cuda", "xpu", "mps") else target.type
     if not of_type:
-        raise InputError(f"device {str(device)!r}: no {kind} device is available; available devices: "
+        raise InputError(f"device={str(device)!r}: no {kind} device is available; available devices: "
                          f"{', '.join(available)}")
     if target.index is not None and f"{target.type}:{target.index}" not in of_type and target.type != "mps":
-        raise InputError(f"device {str(device)!r}: there is no {kind} device {target.index}; available devices: "
+        raise InputError(f"device={str(device)!r}: there is no {kind} device {target.index}; available devices: "
                          f"{', '.join(available)}")
     return target
 
 
-def local_model_problem(model: Union[str, "os.PathLike[str]"], converter: str) -> Optional[str]:
-    """Why ``model`` cannot be a model reference, when it names a local path that is not a model folder.
+def local_model_problem(model: Union[str, "os.PathLike[str]"], converter: str, parameter: str = "model"
+                        ) -> Optional[str]:
+    """Why ``model`` cannot be a model reference, when it names a local path that is not a model folder; the message
+    names it as the keyword ``parameter`` (``regions`` for a scorer's detector) that took it.
 
     A model is a hub id (``namespace/name``) or a folder written by ``converter`` (``conversion/convert_clip.py``). A path object,
     or a string that looks like a path (absolute, starting with ``.`` or ``~``, with more than one ``/``, or ending
@@ -99,8 +101,8 @@ def local_model_problem(model: Union[str, "os.PathLike[str]"], converter: str) -
     convert = f"convert it first with {converter} and pass the folder it writes"
     if path.is_file():
         if path.suffix.lower() in CHECKPOINT_SUFFIXES:
-            return f"model {text!r} is a checkpoint file, not a converted model folder: {convert}"
-        return f"model {text!r} is a file; pass a converted model folder or a hub id"
+            return f"{parameter}={text!r} is a checkpoint file, not a converted model folder: {convert}"
+        return f"{parameter}={text!r} is a file; pass a converted model folder or a hub id"
     looks_like_path = (
         not isinstance(model, str)
         or path.is_absolute()
@@ -112,5 +114,6 @@ def local_model_problem(model: Union[str, "os.PathLike[str]"], converter: str) -
     if not looks_like_path:
         return None
     if path.suffix.lower() in CHECKPOINT_SUFFIXES:
-        return f"model {text!r}: no such file; a checkpoint must exist and be converted: {convert}"
-    return f"model {text!r}: no such folder (a local model folder must exist; hub ids have the form namespace/name)"
+        return f"{parameter}={text!r}: no such file; a checkpoint must exist and be converted: {convert}"
+    return (f"{parameter}={text!r}: no such folder (a local model folder must exist; hub ids have the form "
+            "namespace/name)")

@@ -201,7 +201,7 @@ def merge_lora(state_dict: Mapping[str, torch.Tensor], mode: str = "merge") -> d
         return dict(state_dict)
     if mode == "refuse":
         raise CheckpointError(f"checkpoint holds {len(factor_names)} LoRA factors (e.g. {factor_names[:3]}) and "
-                              "lora mode is 'refuse'")
+                              "lora='refuse'")
     targets = _lora_targets(state_dict)
     _check_lora_factors(factor_names, targets)
     scaling = LORA_ALPHA / _lora_common_rank(state_dict, targets)
@@ -409,7 +409,7 @@ def resolve_arch(state_dict: Mapping[str, torch.Tensor], arch: str | None, model
     if lora_factor_names(state_dict):
         if arch not in (None, "openai"):
             raise CheckpointError(f"the checkpoint holds LoRA factors: PAC-S++ LoRA models are OpenAI CLIP "
-                                  f"(QuickGELU), so arch must be 'openai', not {arch!r}")
+                                  f"(QuickGELU), so arch='openai', not arch={arch!r}")
         return "openai"
     if arch is not None:
         return arch
@@ -419,8 +419,9 @@ def resolve_arch(state_dict: Mapping[str, torch.Tensor], arch: str | None, model
         if model_name not in DEFAULT_ARCH_FOR_MODEL:
             raise CheckpointError(f"model name must be one of {sorted(DEFAULT_ARCH_FOR_MODEL)}, got {model_name!r}")
         return DEFAULT_ARCH_FOR_MODEL[model_name]
-    raise CheckpointError("OpenAI and OpenCLIP checkpoints have the same key names: pass arch "
-                          "('openai' = QuickGELU, 'openclip' = exact GELU) or model_name")
+    raise CheckpointError("OpenAI and OpenCLIP checkpoints have the same key names: pass arch='openai' (QuickGELU) "
+                          "or arch='openclip' (exact GELU), or model_name=<backbone> (ViT-B-32 is openai, ViT-L-14 "
+                          "openclip)")
 
 
 def default_bpe_path() -> Path:
@@ -433,7 +434,7 @@ def default_bpe_path() -> Path:
         candidate = Path(module.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
         if candidate.is_file():
             return candidate
-    raise CheckpointError("bpe_simple_vocab_16e6.txt.gz not found in open_clip or clip; pass bpe_path")
+    raise CheckpointError("bpe_simple_vocab_16e6.txt.gz not found in open_clip or clip; pass bpe_path=<file>")
 
 
 def _byte_symbols() -> list[str]:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from capeval.commands.arguments import in_flags
+
 ARCHES = ("openai", "openclip")
 """``openai``: QuickGELU; ``openclip``: exact GELU."""
 
@@ -37,7 +39,9 @@ LORA_MODES = ("merge", "refuse")
 """What to do with the LoRA factors of a PAC-S++ checkpoint: fold them into the weights, or stop."""
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
+    """The command line; each option's ``dest`` is the keyword of :func:`conversion.clip_converter.convert_checkpoint`
+    it gives, so that the converter's errors name the option (:func:`capeval.commands.arguments.in_flags`)."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="OpenAI and OpenCLIP ViT checkpoints have identical key names. Without --arch, a PAC-S++ LoRA "
@@ -52,26 +56,27 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--arch", choices=ARCHES, help="openai: QuickGELU; openclip: exact GELU")
     parser.add_argument("--model-name", choices=sorted(KNOWN_MODELS),
                         help="expected backbone; checked against the checkpoint's dimensions")
-    parser.add_argument("--bpe", type=Path, help="bpe_simple_vocab_16e6.txt.gz (default: from open_clip / clip)")
+    parser.add_argument("--bpe", type=Path, dest="bpe_path", help="bpe_simple_vocab_16e6.txt.gz (default: from open_clip / clip)")
     parser.add_argument("--normalization", choices=sorted(NORMALIZATIONS),
                         help="image mean/std: openai constants or inception 0.5 (default: by arch)")
     parser.add_argument("--lora", choices=LORA_MODES, default="merge",
                         help="merge (default): fold PAC-S++ LoRA factors into the weights as the reference computes "
                              "(the MLP factors are never applied there), when the checkpoint holds any; "
                              "refuse: stop if it holds any")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    args = _parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     from conversion.clip_converter import CheckpointError, convert_checkpoint
 
     try:
         out = convert_checkpoint(args.checkpoint, args.out, arch=args.arch, model_name=args.model_name,
-                                 bpe_path=args.bpe, normalization=args.normalization, lora=args.lora)
+                                 bpe_path=args.bpe_path, normalization=args.normalization, lora=args.lora)
     except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {in_flags(str(error), parser)}", file=sys.stderr)
         return 1
     print(out)
     return 0

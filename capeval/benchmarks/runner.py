@@ -9,8 +9,9 @@ keys)``, which :func:`run_benchmark` calls for every metric before the first one
 the metric cannot score (``keys`` names each input), and, after the call, ``signature: str``.
 
 The video metrics are EMScore's (``emscore``, ``ref_emscore``) and video PAC-S / RefPAC-S (``pac_s``,
-``ref_pac_s`` on a video benchmark): one ``capeval.EMScore`` scorer on EMScore's or on PAC-S's default model, made
-with the benchmark's IDF corpus and frame sampling (:class:`capeval.benchmarks.VideoSetup`).
+``ref_pac_s`` on a video benchmark): a ``capeval.EMScore`` scorer on EMScore's default model, or its subclass
+``VideoPACScore`` on PAC-S's (what ``PACScore().score(videos=...)`` runs), made with the benchmark's IDF corpus and
+frame sampling (:class:`capeval.benchmarks.VideoSetup`).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ BASELINE_METRICS: tuple[str, ...] = tuple(BASELINES)
 BUILTIN_METRICS: tuple[str, ...] = BASELINE_METRICS + tuple(BENCHMARK_METRICS)
 
 VIDEO_FAMILY = "emscore"
-"""The family whose scorer runs every video metric."""
+"""The family whose scorer runs every video metric (video PAC-S on its subclass ``VideoPACScore``)."""
 
 VIDEO_PAC_S: Dict[str, str] = {"pac_s": "emscore", "ref_pac_s": "ref_emscore"}
 """Video PAC-S / RefPAC-S (the PAC-S paper, Sec. 3.2): the EMScore metric with the same references, on PAC-S's
@@ -194,14 +195,20 @@ def _video_scorer_metric(
     options: Dict[str, object],
 ) -> ScorerMetric:
     """Video metric ``name`` on ``model`` (``None``: the default of the family it stands for), its scorer shared by
-    the metrics of one model in ``scorers`` and made with the benchmark's IDF corpus and frame sampling."""
+    the metrics of one family and model in ``scorers`` and made with the benchmark's IDF corpus and frame sampling.
+    Video PAC-S runs on :class:`~capeval.scorers.emscore.VideoPACScore`, as ``PACScore().score(videos=...)`` does, so
+    that its signature (``pac_score|...``) and precision are the API's."""
     metric, default_of = video_metric(name)
-    if model is None and default_of != VIDEO_FAMILY:
-        model = FAMILIES[default_of].default_model
-    key = (VIDEO_FAMILY, None if model is None else os.fspath(model))
+    if default_of == VIDEO_FAMILY:
+        make = scorer_class(VIDEO_FAMILY)
+    else:
+        from capeval.scorers.emscore import VideoPACScore
+
+        make = VideoPACScore
+        model = model if model is not None else FAMILIES[default_of].default_model
+    key = (default_of, None if model is None else os.fspath(model))
     if key not in scorers:
-        scorers[key] = scorer_class(VIDEO_FAMILY)(model=model, idf_corpus=video.idf_corpus,
-                                                  num_frames=video.num_frames, **options)
+        scorers[key] = make(model=model, idf_corpus=video.idf_corpus, num_frames=video.num_frames, **options)
     return ScorerMetric(scorers[key], metric.result_key, metric.uses_references)
 
 
@@ -341,7 +348,7 @@ def _image_root(
         if image_root is None:
             raise FileNotFoundError(
                 f"metric(s) {', '.join(needing_images)} need the images of benchmark {benchmark.name!r}: "
-                "pass image_dir"
+                "pass image_dir=<folder>"
             )
         check_images(benchmark, image_root)
     return image_root

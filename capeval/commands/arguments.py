@@ -1,29 +1,49 @@
-"""What several subcommands share: argument types, help text generated from the metric registry, and the flags
-that stand for the Python API's parameter names in error messages."""
+"""What several subcommands share: argument types, help text generated from the metric registry, and the API's
+errors said in the flags of a command line (:func:`in_flags`)."""
 from __future__ import annotations
 
 import argparse
-from typing import Iterable, List, Tuple
+import ast
+import re
+import shlex
+from typing import Callable, Iterable, List
 
 from capeval.registry import FAMILIES, MetricFamily
 
-FLAG_OF_PARAMETER: Tuple[Tuple[str, str], ...] = (
-    ("source='hub'", "--source hub"),
-    ("needs root=", "needs --data-root"),
-    ("pass root=", "pass --data-root"),
-    ("pass image_dir", "pass --images"),
-    ("root=", "--data-root"),
-    ("model=<", "--model <"),
-    ("regions=<", "--detector <"),
-)
-"""How the API's errors name a parameter, and the flag the commands take for it (longest phrases first)."""
+KEYWORD_VALUE = re.compile(
+    r"(?<![\w./\\-])(?P<keyword>[a-z][a-z_]*)="
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|<[^<>]*>|\[\[\.\.\.\], \.\.\.\]|\[\.\.\.\]|[\w.+-]+)?")
+"""How the API's errors name a parameter: ``keyword=`` and a value, which is a Python literal (``'hub'``,
+``'/data'``, ``4``), a placeholder (``<local folder>``) or a list placeholder (``[...]``, ``[[...], ...]``)."""
 
 
-def in_flags(message: str) -> str:
-    """An API error message with its parameter names replaced by the command line's flags."""
-    for parameter, flag in FLAG_OF_PARAMETER:
-        message = message.replace(parameter, flag)
-    return message
+def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """An API error message as the command line of ``parser`` says it: each ``keyword=value`` (:data:`KEYWORD_VALUE`)
+    whose keyword is the ``dest`` of one of its options becomes that option as typed: ``--data-root /data``,
+    ``--model <local folder>``, ``--references FILE`` (a list placeholder becomes the option's metavar), ``--arch
+    openai``. The options' ``dest`` are the API's keywords, so their definitions are the one table of the two names."""
+    options = {action.dest: action for action in parser._actions if action.option_strings}
+
+    def flag(match: "re.Match[str]") -> str:
+        action = options.get(match["keyword"])
+        if action is None:
+            return match[0]
+        value = match["value"] or ""
+        if action.nargs == 0:  # a switch: its flag alone
+            return action.option_strings[0]
+        if value.startswith(("'", '"')):
+            value = shlex.quote(str(ast.literal_eval(value)))
+        elif not value or value.startswith("["):
+            value = action.metavar or ("" if action.choices else action.dest.upper())
+        return f"{action.option_strings[0]} {value}".rstrip()
+
+    return KEYWORD_VALUE.sub(flag, message)
+
+
+def set_handler(parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int]) -> None:
+    """Make ``handler`` run the (sub)command of ``parser``, whose flags then name the API's keywords in its errors
+    (``args.command_parser``, read by :func:`in_flags`)."""
+    parser.set_defaults(handler=handler, command_parser=parser)
 
 
 def positive_int(text: str) -> int:

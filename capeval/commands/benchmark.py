@@ -1,8 +1,8 @@
 """``capeval benchmark``: run metrics on a human-judgment benchmark and write JSON, Markdown and plots.
 
 The benchmark API (:func:`capeval.benchmarks.load_benchmark`, :func:`capeval.benchmarks.run_benchmark`) names its
-parameters in its errors as Python does (``root=``, ``image_dir``); the command reports them by its flags
-(:func:`capeval.commands.arguments.in_flags`).
+parameters in its errors as Python does (``root=<folder>``, ``image_dir=<folder>``); the options' ``dest`` are
+those keywords, so that the command reports them by its flags (:func:`capeval.commands.arguments.in_flags`).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from capeval.benchmarks.datasets import available_benchmarks, benchmark_options, load_benchmark
 from capeval.benchmarks.report import markdown_report, write_report
 from capeval.benchmarks.runner import BUILTIN_METRICS, builtin_metrics, run_benchmark
-from capeval.commands.arguments import positive_int, region_families
+from capeval.commands.arguments import positive_int, region_families, set_handler
 from capeval.inputs import InputError
 from capeval.outputs import check_output_folder
 from capeval.registry import BENCHMARK_METRICS
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--dataset", required=True, choices=available_benchmarks(), help="which benchmark")
     parser.add_argument("--metric", required=True, action="append", choices=BUILTIN_METRICS,
                         help="a metric to run (repeat for several; the first is the baseline of paired comparisons)")
-    parser.add_argument("--images", type=Path,
+    parser.add_argument("--images", type=Path, dest="image_dir", metavar="IMAGES",
                         help="folder holding the benchmark's images (embedding metrics; the video benchmarks read "
                              "the feature files of their release folder instead)")
     region_metrics = [name for family in region_families() for name in family.benchmark_metrics]
@@ -68,7 +68,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="precomputed region features keyed by image id (.npz as `capeval regions` writes, or a "
                              f"bottom-up-attention .tsv) for the region-based metrics ({', '.join(region_metrics)}), "
                              "which then need no images")
-    parser.add_argument("--data-root", type=Path, help="folder (or file) holding the benchmark's annotations")
+    parser.add_argument("--data-root", type=Path, dest="root", metavar="DATA_ROOT",
+                        help="folder (or file) holding the benchmark's annotations")
     parser.add_argument("--source", choices=SOURCES, default="auto",
                         help="layout of the annotations (default: detected); 'hub' loads Polaris / Nebula online")
     parser.add_argument("--references", type=int, metavar="N",
@@ -96,7 +97,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                              "wrong for activitynet-foil, whose demo counts only strictly higher scores, half for "
                              "the others)")
     parser.add_argument("--output", type=Path, help="folder for results.json, results.md and the plots")
-    parser.set_defaults(handler=run)
+    set_handler(parser, run)
     return parser
 
 
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from capeval.runtime import process_state
 
     shown = process_state().is_main_process  # under accelerate launch, one process prints and writes
-    benchmark = load_benchmark(args.dataset, args.data_root, source=args.source, **options)
+    benchmark = load_benchmark(args.dataset, args.root, source=args.source, **options)
     metrics = builtin_metrics(args.metric, benchmark=benchmark, model=model, models=models, device=args.device,
                               batch_size=args.batch_size, progress=shown, regions=args.regions,
                               cache_dir=args.cache_dir)
@@ -127,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
         if shown:
             print(f"running {name} on {benchmark.name} ({len(benchmark.items)} items)", file=sys.stderr)
 
-    result = run_benchmark(benchmark, metrics, args.images, n_resamples=args.bootstrap, seed=args.seed, ties=args.ties,
-                           on_metric=announce, progress=shown)
+    result = run_benchmark(benchmark, metrics, args.image_dir, n_resamples=args.bootstrap, seed=args.seed,
+                           ties=args.ties, on_metric=announce, progress=shown)
     if not shown:
         return 0
     print(markdown_report(result))

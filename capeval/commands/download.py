@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
+from capeval.commands.arguments import set_handler
 from capeval.originals import SOURCES, human_size
 from capeval.registry import MODELS
 
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--original", nargs="+", type=Path, default=[], metavar="FILE",
                         help="original files obtained by hand (named as the authors name them), for one MODEL: "
                              "checked and converted instead of downloaded")
-    parser.set_defaults(handler=run)
+    set_handler(parser, run)
     return parser
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
-from capeval.commands.arguments import detector_users, family_label, listed, positive_float, region_families
+from capeval.commands.arguments import detector_users, family_label, listed, positive_float, positive_int, \
+    region_families, set_handler
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, images_by_stem
 from capeval.models.regions.configuration import ADAPTIVE, SAVE_SECONDS
 from capeval.models.regions.detectors import DETECTORS
@@ -39,12 +40,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         help="caffe: the original feature files' pipeline (default); lxmert (bottom-up only): the "
                              "transformers port's")
     parser.add_argument("--device", help="torch device (default: Accelerate's device: a GPU when available)")
-    parser.add_argument("--batch-size", type=int, default=4, help="images of one size per forward pass")
+    parser.add_argument("--batch-size", type=positive_int, default=4, help="images of one size per forward pass")
     parser.add_argument("--cache-dir", type=Path, help="on-disk cache of region features keyed by image content")
     parser.add_argument("--save-seconds", type=positive_float, default=SAVE_SECONDS, metavar="SECONDS",
                         help=f"save progress (to <out>.parts) at least about this often, besides every 64 images "
                              f"(default {SAVE_SECONDS:g}; a CPU run takes seconds per image)")
-    parser.set_defaults(handler=run)
+    set_handler(parser, run)
     return parser
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from capeval.commands.arguments import family_label, listed, option_families, positive_int, region_families, \
-    video_families
+    set_handler, video_families
 from capeval.inputs import IMAGE_EXTENSIONS, InputError, TextPosition, TruncationWarning, files_by_stem, read_utf8, \
     validate_caption
 from capeval.models.regions.detectors import family_detector
@@ -195,7 +195,7 @@ def _entry_flags(family: MetricFamily) -> List[str]:
 
 def _keyed_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
     """The items of ``--candidates`` (and ``--references``) with the image, region features or video of each id."""
-    sources = [flag for flag, value in (("--images", args.images), ("--regions", args.regions),
+    sources = [flag for flag, value in (("--images", args.images), ("--regions", args.region_features),
                                         ("--videos", args.videos)) if value is not None]
     if len(sources) > 1:
         raise InputError(f"{listed(sources, 'and')} exclude each other: give one of them")
@@ -225,10 +225,11 @@ def _keyed_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
     elif args.images is not None:
         entries = files_of_keys(args.images, keys, "image", IMAGE_EXTENSIONS)
     else:
-        entries = read_region_features(args.regions)
+        entries = read_region_features(args.region_features)
         missing = [key for key in keys if key not in entries]
         if missing:
-            raise InputError(f"{args.regions} has no region features for {_name_keys(missing)} of {args.candidates}")
+            raise InputError(f"{args.region_features} has no region features for {_name_keys(missing)} of "
+                             f"{args.candidates}")
     return ScoreInput("images" if args.videos is None else "videos", [entries[key] for key in keys], texts, refs, keys)
 
 
@@ -238,7 +239,7 @@ def _jsonl_input(args: argparse.Namespace, family: MetricFamily) -> ScoreInput:
         raise InputError(f"--jsonl holds videos, and {family.label} scores images; the metrics of videos are "
                          f"{listed([family.name for family in video_families()], 'and')}")
     others = [flag for flag, value in (("--candidates", args.candidates), ("--references", args.references),
-                                       ("--images", args.images), ("--regions", args.regions),
+                                       ("--images", args.images), ("--regions", args.region_features),
                                        ("--videos", args.videos)) if value is not None]
     if others:
         raise InputError(f"--jsonl FILE holds the videos, candidates and references: give it without {listed(others)}")
@@ -269,13 +270,13 @@ def _family_options(family: MetricFamily, args: argparse.Namespace) -> Dict[str,
         raise InputError("--idf-corpus and --no-idf exclude each other: drop one of them")
     if args.idf_corpus is not None:
         given["idf_corpus"] = read_sentences(args.idf_corpus)
-    if args.detector is not None:
+    if args.regions is not None:
         if not family.region_features:
             raise InputError(f"--detector applies to the region-based metrics "
                              f"({listed([family.name for family in region_families()], 'and')}), not {family.name}")
         if args.images is None:
             raise InputError("--detector makes the regions of --images; --regions FILE holds them already")
-        given["regions"] = args.detector
+        given["regions"] = args.regions
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -365,7 +366,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     parser.add_argument("--metric", required=True, choices=sorted(FAMILIES), help="which metric")
     parser.add_argument("--images", type=Path, help="folder holding <image id>.<jpg|png|...>")
-    parser.add_argument("--regions", type=Path,
+    parser.add_argument("--regions", type=Path, dest="region_features", metavar="FILE",
                         help="instead of --images, for region-based metrics "
                              f"({', '.join(family.name for family in region_families())}): precomputed region "
                              "features keyed by image id, a .npz (as `capeval regions` writes) or a "
@@ -374,8 +375,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help=f"for metrics of videos ({videos}): folder holding <video id>.<mp4|webm|mkv|avi|mov|...> "
                              "video files (decoded with PyAV: pip install \"capeval[video]\") or <video id>.<pt|npy> "
                              "precomputed (frames, dim) frame features")
-    parser.add_argument("--candidates", type=Path, help='JSON {"<id>": "caption", ...}')
-    parser.add_argument("--references", type=Path,
+    parser.add_argument("--candidates", type=Path, metavar="FILE", help='JSON {"<id>": "caption", ...}')
+    parser.add_argument("--references", type=Path, metavar="FILE",
                         help='JSON {"<id>": ["reference", ...], ...}; adds the reference-based scores')
     parser.add_argument("--jsonl", type=Path, metavar="FILE",
                         help=f"instead of --candidates, --references and --videos, for metrics of videos ({videos}): "
@@ -384,9 +385,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                              "optional), video paths relative to the file's folder")
     parser.add_argument("--model", help="hub id or local folder of a converted model (default: the metric's own)")
     detectors = listed([f"{family_detector(family).hub_id} for {family.name}" for family in region_families()], "and")
-    parser.add_argument("--detector", help="with --images, for region-based metrics: hub id or local folder of the "
-                                           "converted region detector that finds the images' regions, as "
-                                           f"`capeval regions --model` takes it (default: {detectors})")
+    parser.add_argument("--detector", dest="regions",
+                        help="with --images, for region-based metrics: hub id or local folder of the converted region "
+                             "detector that finds the images' regions, as `capeval regions --model` takes it "
+                             f"(default: {detectors})")
     parser.add_argument("--revision", help="hub revision of the model (default: capeval's pinned revision)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: Accelerate's device)")
     parser.add_argument("--batch-size", type=positive_int, help="images or video frames per forward pass (default 64)")
@@ -403,5 +405,5 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                              "from (default: the references, else the candidates)")
     parser.add_argument("--output", type=Path, help="write per-item scores keyed by id (or in line order for "
                                                     "--jsonl) to this JSON file")
-    parser.set_defaults(handler=run)
+    set_handler(parser, run)
     return parser

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict
 
+from capeval.commands.arguments import set_handler
 from capeval.inputs import InputError, read_utf8
 from capeval.models.bridge.configuration import BridgeConfig
 
@@ -49,7 +50,7 @@ def register_bridge(subparsers: "argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--num-workers", type=int)
     parser.add_argument("--validation-root", help="Flickr8k folder: Flickr8k-Expert correlations after each epoch")
     parser.add_argument("--validation-images", help="folder of the Flickr8k images")
-    parser.set_defaults(handler=run_bridge)
+    set_handler(parser, run_bridge)
 
 
 def _model_config(path: Path) -> Dict[str, Any]:

@@ -159,7 +159,8 @@ class Scorer(ABC):
         """``InputError`` when references are missing for a family that requires them or given to one without."""
         label, mode = self.family.label, self.family.references
         if references is None and mode == "required":
-            raise InputError(f"{label} needs references: pass references=[[...], ...], one list per item")
+            raise InputError(f"{label} needs references: pass references=[[...], ...] (the references of each "
+                             "candidate)")
         if references is not None and mode == "unused":
             raise InputError(f"{label} is reference-free and does not use references; call score(images, candidates)")
 

@@ -148,6 +148,8 @@ class EMScore(Scorer):
         self._idf_source = "none"
         self._texts = CallTexts(self.backbone.text_transform)
         self._defined: Dict[str, int] = {}
+        self._decoded = False
+        """Whether the last call decoded video files (its signature then records the decoder)."""
 
     # ---------------------------------------------------------------------------------------------------------------
     # Scoring
@@ -174,6 +176,7 @@ class EMScore(Scorer):
         try:
             self._weights, self._idf_source = self._call_weights(candidates, references)
             self._defined = {"equal_weights": 0, "zero_f": 0}
+            self._decoded = False
             result = super().score([None] * len(candidates) if videos is None else videos, candidates, references)
         finally:
             self._texts = CallTexts(self.backbone.text_transform)  # the call's texts are not kept beyond it
@@ -197,6 +200,7 @@ class EMScore(Scorer):
         captions are encoded here while it runs."""
         videos: List[Optional[VideoItem]] = list(chunk.images)
         to_decode = [video for video in videos if video is not None and not video.is_features]
+        self._decoded = self._decoded or bool(to_decode)
         texts = self._texts.prepare(chunk.texts()[0])
         distinct = list(dict.fromkeys(texts))  # an item's references recur in every item of its video
         token_ids = self._texts.token_ids(distinct)
@@ -270,9 +274,10 @@ class EMScore(Scorer):
     # ---------------------------------------------------------------------------------------------------------------
 
     def signature_fields(self) -> Sequence[Tuple[str, object]]:
+        """The decoder only where the call decoded video files (frame features and frames in memory need none)."""
+        decoder = [("decoder", decoder_version())] if self._decoded else []
         return [("model", self.backbone.name), ("revision", model_revision(self.backbone)), ("idf", self._idf_source),
-                ("frames", "all" if self.num_frames is None else self.num_frames),
-                ("decoder", decoder_version() or "none")]
+                ("frames", "all" if self.num_frames is None else self.num_frames), *decoder]
 
     def truncation_warning(self, positions: Sequence[TextPosition]) -> TruncationWarning:
         return TruncationWarning(positions, self.backbone.text_transform.context_length)

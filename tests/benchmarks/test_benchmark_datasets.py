@@ -248,7 +248,7 @@ def test_foil_pairs_and_references() -> None:
                                    "Surfer on a white board riding a wave.", "A surfer in a wetsuit catching a wave.")
     assert one.items[0].references == ("A surfer rides a large wave.",)
     assert [item.image for item in four.items][:2] == ["COCO_val2014_000000000074.jpg"] * 2
-    with pytest.raises(ValueError, match="references must be 1 or 4"):
+    with pytest.raises(ValueError, match="references=2, but it must be 1 or 4"):
         load_benchmark("foil", DATA / "foil", references=2)
 
 

@@ -94,7 +94,7 @@ def test_vatex_eval_bad_release_is_an_input_error_naming_file_and_item(vatex, ch
 
 
 def test_vatex_eval_missing_files_and_bad_options(vatex, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="references must be a whole number of at least 0"):
+    with pytest.raises(InputError, match="but it must be a whole number of at least 0"):
         load_benchmark("vatex-eval", vatex.folder, references=-1)
     with pytest.raises(FileNotFoundError, match="needs root=.*candidates_list.pkl"):
         load_benchmark("vatex-eval")

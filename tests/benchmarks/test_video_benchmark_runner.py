@@ -200,7 +200,7 @@ def _demo_sampled(rows: np.ndarray) -> np.ndarray:
 
 @pytest.mark.filterwarnings("ignore:a correlation with a rater has p-value:UserWarning")
 def test_vatex_eval_end_to_end_equals_the_scorer_on_the_demos_frames(tmp_path, tiny_openai_clip, tiny_openclip) -> None:
-    from capeval import EMScore
+    from capeval import EMScore, PACScore
 
     release = write_vatex_eval(tmp_path / "vatex", width=64)
     benchmark = load_benchmark("vatex-eval", release.folder, references=1)
@@ -225,6 +225,15 @@ def test_vatex_eval_end_to_end_equals_the_scorer_on_the_demos_frames(tmp_path, t
     assert result.metrics["emscore"].scores.tolist() != result.metrics["pac_s"].scores.tolist()
     signature = result.metrics["emscore"].signature
     assert f"|idf:corpus-{len(release.corpus)}-" in signature and "|frames:10|" in signature
+    # video PAC-S signs as PACScore().score(videos=...) does, the benchmark's IDF corpus and frames aside
+    pac_s = result.metrics["pac_s"].signature
+    api = PACScore(tiny_openclip.hf_dir, device="cpu").score(videos=videos, candidates=release.candidates)["signature"]
+    assert pac_s == result.metrics["ref_pac_s"].signature and pac_s.startswith("pac_score|")
+
+    def fields(text: str) -> dict:
+        return dict(field.split(":", 1) for field in text.split("|")[1:])
+
+    assert {**fields(pac_s), "idf": "references", "frames": "all"} == {**fields(api), "idf": "references"}
 
 
 def test_activitynet_foil_end_to_end_equals_the_scorer_on_the_segments(tmp_path, tiny_openai_clip) -> None:

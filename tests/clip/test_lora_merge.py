@@ -194,7 +194,7 @@ def test_command_line_merges_by_default(pacspp_checkpoint: Path, converted_dir: 
 
 
 def test_lora_checkpoint_is_openai_arch(pacspp_checkpoint: Path, tmp_path: Path) -> None:
-    with pytest.raises(CheckpointError, match="arch must be 'openai', not 'openclip'"):
+    with pytest.raises(CheckpointError, match="so arch='openai', not arch='openclip'"):
         convert_checkpoint(pacspp_checkpoint, tmp_path / "hf", arch="openclip")
 
 

@@ -281,7 +281,7 @@ def test_emscore_on_feature_files_without_idf(tiny_openai_clip, caption_files: D
     assert printed_scores(capsys.readouterr().out) == {
         **{original: f"{expected[key]:.4f}" for key, original in EMSCORE_RESULT_KEYS.items() if key in expected},
         "Signature": expected["signature"]}
-    assert "|idf:none|" in expected["signature"]
+    assert "|idf:none|" in expected["signature"] and "|decoder:" not in expected["signature"]  # nothing decoded
 
 
 def test_emscore_on_references_alone(tiny_openai_clip, caption_files: Dict[str, Path], capsys) -> None:

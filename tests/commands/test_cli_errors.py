@@ -1,14 +1,17 @@
 """User errors on the command line print one line and exit non-zero, never a traceback: an option a family cannot
-run with, a model folder with an unreadable config, Ctrl-C."""
+run with, a model folder with an unreadable config, Ctrl-C; the API's errors name its keywords, and the command
+lines' the flags that take them."""
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from capeval.cli import main
+from capeval.cli import build_parser, main
 from capeval.commands import score
+from capeval.commands.arguments import in_flags
 from fixtures.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples" / "clipscore"
@@ -91,3 +94,66 @@ def test_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
     marked = tmp_path / "bom.json"
     marked.write_bytes(b"\xef\xbb\xbf" + '{"a": "caf\u00e9"}'.encode())
     assert json.loads(read_utf8(marked)) == {"a": "caf\u00e9"}
+
+
+def command_parser(*argv: str) -> argparse.ArgumentParser:
+    """The parser of the (sub)command that ``argv`` runs."""
+    return build_parser().parse_args(list(argv)).command_parser
+
+
+def test_api_keywords_become_the_flags_of_the_command() -> None:
+    """Each API keyword in an error becomes the flag whose ``dest`` it is, with its value as it would be typed."""
+    scoring = command_parser("score", "--metric", "tigerscore")
+    assert in_flags("TIGEr needs references: pass references=[[...], ...] (the references of each candidate)",
+                    scoring) == "TIGEr needs references: pass --references FILE (the references of each candidate)"
+    assert in_flags("or pass regions=<local folder> with a converted model", scoring) == \
+        "or pass --detector <local folder> with a converted model"
+    assert in_flags("cache_dir='/my cache' is not a folder; device='cuda:1': no CUDA device", scoring) == \
+        "--cache-dir '/my cache' is not a folder; --device cuda:1: no CUDA device"
+    unchanged = "refused by weights_only=True: /data/model='x' in candidates[2]"
+    assert in_flags(unchanged, scoring) == unchanged
+    benchmark = command_parser("benchmark", "--dataset", "foil", "--metric", "cider")
+    assert in_flags("needs root=<folder> or source='hub'; root='/a' is not a folder; pass image_dir=<folder>; "
+                    "references=2, but it must be 1 or 4", benchmark) == \
+        ("needs --data-root <folder> or --source hub; --data-root /a is not a folder; pass --images <folder>; "
+         "--references 2, but it must be 1 or 4")
+
+
+def test_a_release_folder_is_asked_for_by_its_flag(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``capeval benchmark`` on a video release names ``--data-root`` with a space and the folder, the API
+    ``root=``."""
+    from capeval.benchmarks import load_benchmark
+
+    with pytest.raises(FileNotFoundError, match=r"^benchmark 'vatex-eval': needs root=<folder>; it reads the folder "
+                                                r"of its release\. VATEX-EVAL \(Shi et al\., 2022\): pass root=<folder>"):
+        load_benchmark("vatex-eval")
+    error = one_line_error(["benchmark", "--dataset", "vatex-eval", "--metric", "emscore"], capsys)
+    assert error.startswith("capeval benchmark: error: benchmark 'vatex-eval': needs --data-root <folder>; it reads "
+                            "the folder of its release. VATEX-EVAL (Shi et al., 2022): pass --data-root <folder>, the "
+                            "folder of the release")
+    missing = tmp_path / "no release"
+    error = one_line_error(["benchmark", "--dataset", "activitynet-foil", "--data-root", str(missing), "--metric",
+                            "emscore"], capsys)
+    assert error.startswith(f"capeval benchmark: error: benchmark 'activitynet-foil': --data-root '{missing}' is not "
+                            "a folder; it reads the folder of its release. ActivityNet-FOIL")
+
+
+def test_the_clip_converter_asks_for_its_flags(tiny_openclip, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An OpenCLIP state dict without an architecture: the converter names ``arch=`` and ``model_name=``, its command
+    line ``--arch`` and ``--model-name``."""
+    from conversion import convert_clip
+    from conversion.clip_converter import CheckpointError, convert_checkpoint
+
+    with pytest.raises(CheckpointError, match=r"same key names: pass arch='openai' \(QuickGELU\) or arch='openclip' "
+                                              r"\(exact GELU\), or model_name=<backbone> "):
+        convert_checkpoint(tiny_openclip.checkpoint, tmp_path / "api")
+    assert convert_clip.main(["--checkpoint", str(tiny_openclip.checkpoint), "--out", str(tmp_path / "cli")]) == 1
+    assert capsys.readouterr().err == (
+        "error: OpenAI and OpenCLIP checkpoints have the same key names: pass --arch openai (QuickGELU) or --arch "
+        "openclip (exact GELU), or --model-name <backbone> (ViT-B-32 is openai, ViT-L-14 openclip)\n")
+
+
+def test_regions_batch_size_is_checked_as_typed(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["regions", "--images", "x", "--out", "x.npz", "--batch-size", "0"])
+    assert "argument --batch-size: must be at least 1, got 0" in capsys.readouterr().err

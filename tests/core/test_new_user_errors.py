@@ -132,11 +132,11 @@ def test_closed_image_is_named(tiny_openai_clip) -> None:
 
 def test_cuda_without_a_gpu_says_so(tiny_openai_clip, monkeypatch, capsys) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(InputError, match=r"^device 'cuda': no CUDA device is available; available devices: cpu"):
+    with pytest.raises(InputError, match=r"^device='cuda': no CUDA device is available; available devices: cpu"):
         CLIPScore(model=tiny_openai_clip.hf_dir, device="cuda")
     assert main(score_command(tiny_openai_clip.hf_dir)[:-2] + ["--device", "cuda:1"]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("capeval score: error: device 'cuda:1': no CUDA device is available") and \
+    assert error.startswith("capeval score: error: --device cuda:1: no CUDA device is available") and \
         error.count("\n") == 1
     with pytest.raises(InputError, match="is not a torch device name"):
         CLIPScore(model=tiny_openai_clip.hf_dir, device="gpu0")
@@ -145,7 +145,7 @@ def test_cuda_without_a_gpu_says_so(tiny_openai_clip, monkeypatch, capsys) -> No
 def test_a_cuda_index_that_does_not_exist_lists_the_devices(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(InputError, match=r"^device 'cuda:3': there is no CUDA device 3; available devices: cpu, "
+    with pytest.raises(InputError, match=r"^device='cuda:3': there is no CUDA device 3; available devices: cpu, "
                                          r"cuda:0(, mps)?$"):
         checked_device("cuda:3")
     assert checked_device("cuda:0") == torch.device("cuda:0")
@@ -154,7 +154,7 @@ def test_a_cuda_index_that_does_not_exist_lists_the_devices(monkeypatch) -> None
 # 5. a model path that is not a converted model folder ---------------------------------------------------------------
 
 def test_missing_folder_and_checkpoint_file_as_model(tiny_openai_clip, tmp_path, capsys) -> None:
-    with pytest.raises(ModelNotAvailableError, match=r"^model '/some/missing/folder': no such folder"):
+    with pytest.raises(ModelNotAvailableError, match=r"^model='/some/missing/folder': no such folder"):
         PACScore(model="/some/missing/folder")
     with pytest.raises(ModelNotAvailableError, match="no such folder"):
         PACScore(model=tmp_path / "missing")
@@ -164,7 +164,7 @@ def test_missing_folder_and_checkpoint_file_as_model(tiny_openai_clip, tmp_path,
     with pytest.raises(ModelNotAvailableError, match=r"no such file.*conversion/convert_clip\.py"):
         PACScore(model="clip_ViT-B-32.pth")
     assert main(score_command(tmp_path / "missing")) == 2
-    assert "no such folder" in capsys.readouterr().err
+    assert f"error: --model {tmp_path / 'missing'}: no such folder" in capsys.readouterr().err
 
 
 # 6. numeric options of the wrong type ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ the registry entries, the hub folder, ``capeval score`` and the ``evaluate`` mod
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -90,7 +91,10 @@ def test_hub_folder_files_are_the_generators_and_the_encoder_is_roberta_base() -
             encoder.layer_norm_eps, encoder.pad_token_id) == (50265, 768, 12, 12, 3072, 514, 1, 1e-5, 1)
 
 
-def test_capeval_score_command(polos_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_capeval_score_command(polos_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command scores as the scorer does, and records the signature of the API, where its model folder is given
+    relative to the working directory and the API's is absolute."""
     images = tmp_path / "images"
     images.mkdir()
     for index, image in enumerate(parity_images(3)):
@@ -98,14 +102,42 @@ def test_capeval_score_command(polos_dir: Path, tmp_path: Path, capsys: pytest.C
     (tmp_path / "candidates.json").write_text(json.dumps({str(i): ITEMS[i][0] for i in range(3)}))
     (tmp_path / "references.json").write_text(json.dumps({str(i): ITEMS[i][1] for i in range(3)}))
     output = tmp_path / "scores.json"
-    code = main(["score", "--metric", "polos", "--model", str(polos_dir), "--images", str(images), "--candidates",
+    monkeypatch.chdir(polos_dir.parent)
+    code = main(["score", "--metric", "polos", "--model", polos_dir.name, "--images", str(images), "--candidates",
                  str(tmp_path / "candidates.json"), "--references", str(tmp_path / "references.json"),
                  "--device", "cpu", "--output", str(output)])
     assert code == 0
     written = json.loads(output.read_text())
+    assert written["signature"] == capeval.Polos(model=polos_dir.resolve(), device="cpu").signature
+    assert written["signature"].startswith(f"polos_score|model:{polos_dir.resolve()}|")
     scores = [written["scores"][str(index)]["polos_score"] for index in range(3)]
     np.testing.assert_allclose(scores, GOLDENS["polos_scores"][:3], rtol=0, atol=1e-6)
     assert capsys.readouterr().out.startswith("Polos: ")
+
+
+def test_without_references_the_command_asks_for_its_flag(polos_dir: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """The scorer's error names ``references=`` in Python and ``--references FILE`` on the command line."""
+    with pytest.raises(InputError, match=r"^Polos needs references: pass references=\[\[\.\.\.\], \.\.\.\] "):
+        capeval.Polos(model=polos_dir, device="cpu").score(parity_images(1), [ITEMS[0][0]])
+    images = tmp_path / "images"
+    images.mkdir()
+    parity_images(1)[0].save(images / "0.png")
+    (tmp_path / "candidates.json").write_text(json.dumps({"0": ITEMS[0][0]}))
+    assert main(["score", "--metric", "polos", "--model", str(polos_dir), "--images", str(images), "--candidates",
+                 str(tmp_path / "candidates.json"), "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == ("capeval score: error: Polos needs references: pass --references FILE (the "
+                                       "references of each candidate)\n")
+
+
+def test_readme_polos_example_runs(polos_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n(from capeval import Polos\n.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(REPO_ROOT)
+    namespace: dict = {}
+    exec(example.replace("Polos()", f"Polos(model={str(polos_dir)!r}, device='cpu')"), namespace)  # noqa: S102
+    result = namespace["result"]
+    assert len(result["polos_scores"]) == 2 and result["polos_score"] == pytest.approx(np.mean(result["polos_scores"]))
 
 
 def test_evaluate_module_loads_offline_and_scores_as_the_scorer(polos_dir: Path) -> None:

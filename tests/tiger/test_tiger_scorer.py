@@ -160,7 +160,10 @@ def test_evaluate_module_equals_the_scorer(scorer: TIGErScore, offline_punkt: No
         module.compute(predictions=["a dog"], images=images[:1], model=str(scorer.scan.folder), device="cpu")
 
 
-def test_cli_scores_precomputed_regions(tmp_path: Path, scorer: TIGErScore, offline_punkt: None) -> None:
+def test_cli_scores_precomputed_regions(tmp_path: Path, scorer: TIGErScore, offline_punkt: None,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's scores are the originals', and its signature the API's though its model folder is given relative
+    to the working directory."""
     import json
 
     from capeval.cli import main
@@ -169,11 +172,16 @@ def test_cli_scores_precomputed_regions(tmp_path: Path, scorer: TIGErScore, offl
     np.savez(tmp_path / "regions.npz", **{key: regions_of(key).features for key in chosen})
     (tmp_path / "cands.json").write_text(json.dumps({key: item["candidate"] for key, item in chosen.items()}))
     (tmp_path / "refs.json").write_text(json.dumps({key: item["references"] for key, item in chosen.items()}))
+    monkeypatch.chdir(scorer.scan.folder.parent)
     code = main(["score", "--metric", "tigerscore", "--regions", str(tmp_path / "regions.npz"),
                  "--candidates", str(tmp_path / "cands.json"), "--references", str(tmp_path / "refs.json"),
-                 "--model", str(scorer.scan.folder), "--device", "cpu", "--output", str(tmp_path / "out.json")])
+                 "--model", scorer.scan.folder.name, "--device", "cpu", "--output", str(tmp_path / "out.json")])
     assert code == 0
     report = json.loads((tmp_path / "out.json").read_text())
+    api = scorer.score([regions_of(key) for key in chosen], [item["candidate"] for item in chosen.values()],
+                       [item["references"] for item in chosen.values()])
+    assert report["signature"] == api["signature"]
+    assert report["signature"].startswith(f"tiger_score|model:{scorer.scan.folder.resolve()}|")
     golden = GOLDENS["models"]["tiny"]["tiger"]
     for key, item in chosen.items():
         assert report["scores"][key]["tiger_score"] == pytest.approx(golden[CASES["items"].index(item)], abs=1e-6)

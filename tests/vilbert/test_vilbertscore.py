@@ -204,7 +204,9 @@ def write_region_file(path: Path, table: Dict[str, RegionFeatures]) -> None:
     np.savez(path, **records)
 
 
-def test_command_line_reads_a_region_file(model_folder, items, regions, scorer, tmp_path):
+def test_command_line_reads_a_region_file(model_folder, items, regions, scorer, tmp_path, monkeypatch):
+    """The command scores as the scorer, with the API's signature though its model folder is given relative to the
+    working directory."""
     from capeval.cli import main
 
     keys = ["img2", "img3", "img8"]
@@ -212,12 +214,15 @@ def test_command_line_reads_a_region_file(model_folder, items, regions, scorer, 
     write_region_file(tmp_path / "regions.npz", {key: regions[index] for key, index in chosen.items()})
     (tmp_path / "candidates.json").write_text(json.dumps({key: items[i]["candidate"] for key, i in chosen.items()}))
     (tmp_path / "references.json").write_text(json.dumps({key: items[i]["references"] for key, i in chosen.items()}))
+    monkeypatch.chdir(model_folder.parent)
     assert main(["score", "--metric", "vilbertscore", "--regions", str(tmp_path / "regions.npz"),
                  "--candidates", str(tmp_path / "candidates.json"), "--references", str(tmp_path / "references.json"),
-                 "--model", str(model_folder), "--device", "cpu", "--output", str(tmp_path / "scores.json")]) == 0
+                 "--model", model_folder.name, "--device", "cpu", "--output", str(tmp_path / "scores.json")]) == 0
     written = json.loads((tmp_path / "scores.json").read_text())
     expected = scorer.score([regions[chosen[key]] for key in keys], [items[chosen[key]]["candidate"] for key in keys],
                             [items[chosen[key]]["references"] for key in keys])
+    assert written["signature"] == expected["signature"]
+    assert written["signature"].startswith(f"vilbert_f1|model:{model_folder.resolve()}|")
     assert [written["scores"][key]["vilbert_f1"] for key in keys] == pytest.approx(expected["vilbert_f1s"], abs=1e-7)
 
 

@@ -28,9 +28,9 @@ ACTIVITYNET_FOIL = BenchmarkSpec(
     "video_foil",
     ("accuracy",),
     ("auto", "json"),
-    f"ActivityNet-FOIL (Shi et al., 2022): pass root= the folder of the release the EMScore authors distribute "
-    f"(linked from the ShiYaya/emscore README): {CORRECT}, {FOILED}, {SEGMENTS}, {OTHER_PARAGRAPHS}, {TRAIN} and the "
-    f"frame features {FEATURES}/<video id>.pt.",
+    f"ActivityNet-FOIL (Shi et al., 2022): pass root=<folder>, the folder of the release the EMScore authors "
+    f"distribute (linked from the ShiYaya/emscore README): {CORRECT}, {FOILED}, {SEGMENTS}, {OTHER_PARAGRAPHS}, "
+    f"{TRAIN} and the frame features {FEATURES}/<video id>.pt.",
     "Shi, Yang, Xu, Yuan, Li, Hu and Zha (2022), EMScore: Evaluating Video Captioning via Coarse-Grained and "
     "Fine-Grained Embedding Matching, CVPR.",
     ties="wrong",

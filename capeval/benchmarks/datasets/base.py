@@ -180,15 +180,17 @@ class BenchmarkSpec:
     def folder(self, root: Optional[PathLike]) -> Path:
         """``root`` as the folder holding a release's files (FileNotFoundError when it is not one)."""
         if root is None or not Path(root).is_dir():
-            given = "needs root=" if root is None else f"root={str(root)!r} is not a folder:"
-            raise FileNotFoundError(f"benchmark {self.name!r} {given} it reads a release folder. {self.how_to_get}")
+            given = "needs root=<folder>" if root is None else f"root={str(root)!r} is not a folder"
+            raise FileNotFoundError(f"benchmark {self.name!r}: {given}; it reads the folder of its release. "
+                                    f"{self.how_to_get}")
         return Path(root)
 
     def locate(self, root: Optional[PathLike], file_names: Sequence[str]) -> Path:
         """``root`` itself when it is a file, else the first of ``file_names`` inside the folder ``root``."""
         if root is None:
             raise FileNotFoundError(
-                f"benchmark {self.name!r} needs root= (a folder holding {' or '.join(file_names)}). {self.how_to_get}"
+                f"benchmark {self.name!r} needs root=<folder> (a folder holding {' or '.join(file_names)}). "
+                f"{self.how_to_get}"
             )
         path = Path(root)
         if path.is_file():
@@ -227,7 +229,7 @@ def check_images(benchmark: Benchmark, image_dir: Optional[PathLike] = None, *, 
     """Raise FileNotFoundError naming the first ``shown`` missing images and how many are missing in all."""
     folder = image_dir if image_dir is not None else benchmark.image_dir
     if not folder:
-        raise FileNotFoundError(f"benchmark {benchmark.name!r} needs an images folder: pass image_dir")
+        raise FileNotFoundError(f"benchmark {benchmark.name!r} needs an images folder: pass image_dir=<folder>")
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"images folder {str(folder)!r} for benchmark {benchmark.name!r} does not exist")

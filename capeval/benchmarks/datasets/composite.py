@@ -14,7 +14,7 @@ from capeval.benchmarks.datasets.polos import polos_csv_items
 from capeval.inputs import InputError
 
 _HOW = (
-    "Composite (Aditya et al., 2015): pass root= a folder holding the AMT result files 8k_correctness.csv, "
+    "Composite (Aditya et al., 2015): pass root=<folder> holding the AMT result files 8k_correctness.csv, "
     "30k_correctness.csv and coco_correctness.csv (';'-separated: Input.image_url, Input.textN, Answer.QNAnswer) "
     "with the reference files Flickr8k.token.txt, results_20130124.token (Flickr30k) and captions_val2014.json "
     "(COCO), or the Polos csv en_test_composite_da.csv (imgid, mt, refs, score)."
@@ -168,7 +168,7 @@ def load_composite(
     """Composite's ``subsets`` (AMT files) or the Polos csv; ``drop_first_reference`` follows TIGEr's protocol."""
     COMPOSITE.check_source(source)
     if root is None:
-        raise FileNotFoundError(f"benchmark 'composite' needs root=. {_HOW}")
+        raise FileNotFoundError(f"benchmark 'composite' needs root=<folder>. {_HOW}")
     folder = Path(root)
     if source == "auto":
         amt_files = [folder / SUBSETS[subset][0] for subset in subsets if subset in SUBSETS]

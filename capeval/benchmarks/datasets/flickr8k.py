@@ -199,7 +199,7 @@ def _read(
     spec.check_source(source)
     if root is None:
         raise FileNotFoundError(
-            f"benchmark {spec.name!r} needs root= (the Flickr8k text folder or {json_file}). {_HOW}"
+            f"benchmark {spec.name!r} needs root=<folder> (the Flickr8k text folder or {json_file}). {_HOW}"
         )
     path = Path(root)
     if source in ("auto", "text") and path.is_dir() and (path / text_file).is_file():

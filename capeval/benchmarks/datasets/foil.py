@@ -14,7 +14,7 @@ FOIL = BenchmarkSpec(
     "foil",
     ("accuracy",),
     ("auto", "json"),
-    "FOIL-COCO (Shekhar et al., 2017): pass root= a folder holding foilv1.0_test_2017.json and the COCO "
+    "FOIL-COCO (Shekhar et al., 2017): pass root=<folder> holding foilv1.0_test_2017.json and the COCO "
     "captions_val2014.json (references); images are COCO val2014.",
     "Shekhar et al. (2017), FOIL it! Find One mismatch between Image and Language caption, ACL.",
 )
@@ -96,7 +96,7 @@ def load_foil(root: Optional[PathLike], source: str, references: int = 4) -> Ben
     """FOIL's test split: every foil caption paired with its original; ``references`` is 1 or 4."""
     FOIL.check_source(source)
     if references not in (1, 4):
-        raise InputError(f"benchmark 'foil': references must be 1 or 4, not {references!r}")
+        raise InputError(f"benchmark 'foil': references={references!r}, but it must be 1 or 4")
     foil_path = FOIL.locate(root, ["foilv1.0_test_2017.json"])
     reader = _PairReader(foil_path, FOIL.locate(foil_path.parent, ["captions_val2014.json"]), references)
     names, groups = _groups(foil_path)

@@ -49,7 +49,7 @@ POLARIS = HubLayout(
     {"test": "test", "validation": "validation", "train": "train"},
     {"image": "img", "candidate": "cand", "references": "refs", "human": "human_score"},
     "Polaris (Wada et al., CVPR 2024) is the hub dataset yuwd/Polaris: load it online with source='hub', or pass "
-    "root= a folder holding polaris_<split>.csv or polaris_<split>.json (columns / keys imgid, mt, refs, score; "
+    "root=<folder> holding polaris_<split>.csv or polaris_<split>.json (columns / keys imgid, mt, refs, score; "
     "images in images/), or the hub parquet files (columns refs, cand, img, human_score).",
     "Wada, Kaneda, Saito and Sugiura (2024), Polos: Multimodal Metric Learning from Human Feedback for Image "
     "Captioning, CVPR.",
@@ -61,7 +61,7 @@ NEBULA = HubLayout(
     {"test": "test", "validation": "valid", "train": "train"},
     {"image": "image", "candidate": "mt", "references": "refs", "human": "human_score", "file_name": "file_name"},
     "Nebula (Matsuda et al., ACCV 2024) is the hub dataset Ka2ukiMatsuda/Nebula: load it online with "
-    "source='hub', or pass root= a folder holding nebula_<split>.csv or nebula_<split>.json (columns / keys "
+    "source='hub', or pass root=<folder> holding nebula_<split>.csv or nebula_<split>.json (columns / keys "
     "imgid, mt, refs, score; images in images/), or the hub parquet files (columns file_name, image, refs, mt, "
     "human_score).",
     "Matsuda, Wada and Sugiura (2024), DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
@@ -95,7 +95,7 @@ def _parquet_files(layout: HubLayout, root: Optional[PathLike], split: str) -> L
     """The parquet files of ``split`` under ``root`` (hub layout ``data/<split>-*.parquet``, or ``root`` itself)."""
     how_to_get = layout.how_to_get
     if root is None:
-        raise FileNotFoundError(f"benchmark {layout.name!r} needs root= or source='hub'. {how_to_get}")
+        raise FileNotFoundError(f"benchmark {layout.name!r} needs root=<folder> or source='hub'. {how_to_get}")
     path = Path(root)
     if path.is_file():
         return [path]
@@ -176,7 +176,7 @@ def _row_items(rows: Any, layout: HubLayout, split: str, image_dir: Path, where:
 def _detected_source(layout: HubLayout, root: Optional[PathLike], split: str) -> str:
     """The layout ``source="auto"`` finds at ``root``: a file's by its suffix, a folder's by the files it holds."""
     if root is None:
-        raise FileNotFoundError(f"benchmark {layout.name!r} needs root= or source='hub'. {layout.how_to_get}")
+        raise FileNotFoundError(f"benchmark {layout.name!r} needs root=<folder> or source='hub'. {layout.how_to_get}")
     folder = Path(root)
     if not folder.is_file():
         stem = layout.file_stem(split)

@@ -70,7 +70,7 @@ def load_pascal50s(root: Optional[PathLike], source: str, references: Optional[i
     if not isinstance(data, dict) or set(data) - set(CATEGORIES):
         raise BenchmarkFormatError(f"{path}: expected an object with the categories {', '.join(CATEGORIES)}")
     if references is not None and references < 1:
-        raise InputError(f"benchmark 'pascal-50s': references must be at least 1, not {references}")
+        raise InputError(f"benchmark 'pascal-50s': references={references!r}, but it must be at least 1")
     items: List[PairwiseItem] = [
         _item(entry, category, index, f"{path} [{category!r}][{index}]", references)
         for category in CATEGORIES

@@ -12,7 +12,7 @@ THUMB = BenchmarkSpec(
     "correlation",
     ("pearson", "kendall_tau_c", "kendall_tau_b"),
     ("auto", "jsonl"),
-    "THumB 1.0 (Kasai et al., 2022): pass root= a folder holding mscoco_THumB-1.0.jsonl and mscoco_references.json "
+    "THumB 1.0 (Kasai et al., 2022): pass root=<folder> holding mscoco_THumB-1.0.jsonl and mscoco_references.json "
     "(JSON lines {seg_id, refs}) from jungokasai/THumB; images are COCO val2014 (Karpathy test split).",
     "Kasai et al. (2022), Transparent Human Evaluation for Image Captioning, NAACL.",
 )

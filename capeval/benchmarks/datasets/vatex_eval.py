@@ -27,9 +27,9 @@ VATEX_EVAL = BenchmarkSpec(
     "video_correlation",
     ("kendall_tau_b", "spearman"),
     ("auto", "pickle"),
-    f"VATEX-EVAL (Shi et al., 2022): pass root= the folder of the release the EMScore authors distribute (linked from "
-    f"the ShiYaya/emscore README): {CANDIDATES}, {REFERENCES}, {HUMAN_SCORES}, {VIDEO_IDS}, the frame features "
-    f"{FEATURES}/<video id>.pt and VATEX's training captions {IDF_CORPUS}.",
+    f"VATEX-EVAL (Shi et al., 2022): pass root=<folder>, the folder of the release the EMScore authors distribute "
+    f"(linked from the ShiYaya/emscore README): {CANDIDATES}, {REFERENCES}, {HUMAN_SCORES}, {VIDEO_IDS}, the frame "
+    f"features {FEATURES}/<video id>.pt and VATEX's training captions {IDF_CORPUS}.",
     "Shi, Yang, Xu, Yuan, Li, Hu and Zha (2022), EMScore: Evaluating Video Captioning via Coarse-Grained and "
     "Fine-Grained Embedding Matching, CVPR.",
 )
@@ -97,8 +97,8 @@ def _check_features(folder: Path, videos: List[str], ids_path: Path) -> None:
 
 def _check_references(references: Any) -> int:
     if isinstance(references, bool) or not isinstance(references, numbers.Integral) or references < 0:
-        raise InputError(f"benchmark 'vatex-eval': references must be a whole number of at least 0 (the papers use "
-                         f"0, 1 or 9), not {references!r}")
+        raise InputError(f"benchmark 'vatex-eval': references={references!r}, but it must be a whole number of at "
+                         "least 0 (the papers use 0, 1 or 9)")
     return int(references)
 
 

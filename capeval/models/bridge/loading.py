@@ -10,7 +10,8 @@ from typing import Optional, Union
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import ModelRef, check_weights, folder_fingerprint, pinned_model_folder, pinned_revision, save_weights
+from capeval.hub import (ModelRef, check_weights, folder_fingerprint, model_name, pinned_model_folder, pinned_revision,
+                         save_weights)
 from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
@@ -50,7 +51,7 @@ def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceL
                 precision: str = "fp32", backbone: Optional[ModelRef] = None) -> LoadedBridge:
     """Load a BRIDGE model (a hub id, at ``revision`` or else capeval's pinned one, or a local folder); its CLIP
     backbone is the one its config names, or ``backbone`` (a local copy of it)."""
-    name = str(model)
+    name = model_name(model)
     revision = pinned_revision(name, revision)
     folder = model_folder(name, revision)
     config = BridgeConfig.load(folder)

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoTokenizer, CLIPModel
 
 from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint,
-                         loaded_revision, pinned_model_folder, pinned_revision, without_loading_bars)
+                         loaded_revision, model_name, pinned_model_folder, pinned_revision, without_loading_bars)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -96,7 +96,7 @@ def load_backbone(
 ) -> Backbone:
     """Load (or reuse) a CLIP backbone; ``device`` defaults to Accelerate's ``PartialState().device``."""
     dtype = precision_dtype(precision)
-    name = str(model)
+    name = model_name(model)
     revision = pinned_revision(name, revision)
     target = resolve_device(device)
 

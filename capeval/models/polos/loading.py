@@ -25,7 +25,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from capeval.configuration import CONFIG_NAME
 from capeval.functional.polos import Layer
-from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision,
+from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision, without_loading_bars)
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
@@ -122,10 +122,11 @@ _LOADED: LoadedModels[LoadedPolos] = LoadedModels()
 def load_polos(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedPolos:
     """A hub id (at ``revision``, else capeval's pinned one) or local folder, loaded once per process per
     (model, revision, device, precision)."""
-    revision = pinned_revision(model, revision)
+    name = model_name(model)
+    revision = pinned_revision(name, revision)
 
     def build() -> LoadedPolos:
-        folder = model_folder(model, revision)
-        return load_polos_folder(folder, device, precision, str(model), loaded_revision(folder, revision))
+        folder = model_folder(name, revision)
+        return load_polos_folder(folder, device, precision, name, loaded_revision(folder, revision))
 
-    return _LOADED.get((str(model), revision, str(device), precision_dtype(precision)), build)
+    return _LOADED.get((name, revision, str(device), precision_dtype(precision)), build)

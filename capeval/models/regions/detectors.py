@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple, Type, Union
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import check_weights, folder_fingerprint, loaded_revision, pinned_model_folder, pinned_revision
+from capeval.hub import check_weights, folder_fingerprint, loaded_revision, model_name, pinned_model_folder, \
+    pinned_revision
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
     X152FpnConfig
 from capeval.registry import MetricFamily, default_model
@@ -117,7 +118,7 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
         raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
     check_weights(folder, [WEIGHTS_NAME])
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
-    detector.name = str(model)
+    detector.name = model_name(model)
     detector.fingerprint = folder_fingerprint(folder)
     detector.revision = loaded_revision(folder, revision)
     return detector.to(device or "cpu").eval()

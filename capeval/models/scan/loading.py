@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import (LoadedModels, check_weights, folder_fingerprint, loaded_revision, pinned_model_folder,
-                         pinned_revision)
+from capeval.hub import (LoadedModels, check_weights, folder_fingerprint, loaded_revision, model_name,
+                         pinned_model_folder, pinned_revision)
 from capeval.models.scan.configuration import ScanConfig
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
@@ -76,7 +76,7 @@ def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLik
     local folder; ``device`` defaults to Accelerate's process device.
 
     ``punkt`` are NLTK Punkt parameters for the tokenizer (default: the installed English ``punkt_tab``)."""
-    name = str(model)
+    name = model_name(model)
     revision = pinned_revision(name, revision)
     target = resolve_device(device)
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
-from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision,
+from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.modeling import VilbertModel
@@ -67,11 +67,12 @@ _LOADED: LoadedModels[LoadedVilbert] = LoadedModels()
 def load_vilbert(model: ModelRef, revision: Optional[str], device: torch.device, precision: str) -> LoadedVilbert:
     """A hub id (at ``revision``, else capeval's pinned one) or local folder, loaded once per process per
     (model, revision, device, precision)."""
-    revision = pinned_revision(model, revision)
+    name = model_name(model)
+    revision = pinned_revision(name, revision)
     dtype = precision_dtype(precision)
 
     def build() -> LoadedVilbert:
-        folder = model_folder(model, revision)
-        return load_vilbert_folder(folder, device, dtype, str(model), loaded_revision(folder, revision))
+        folder = model_folder(name, revision)
+        return load_vilbert_folder(folder, device, dtype, name, loaded_revision(folder, revision))
 
-    return _LOADED.get((str(model), revision, str(device), dtype), build)
+    return _LOADED.get((name, revision, str(device), dtype), build)

@@ -52,7 +52,8 @@ Returns:
     emscore_<view>_<key> (`float`) and emscore_<view>_<key>s (`list` of `float`): the corpus mean and the
         per-prediction values of every view computed (`video`: EMScore(X,V), `refs`: EMScore(X,X*), `video_refs`:
         EMScore(X,V,X*)) and key (`figr_p`, `figr_r`, `figr_f`, `cogr`, `full_p`, `full_r`, `full_f`).
-    signature (`str`): metric, model, revision, IDF source, frames, decoder, precision and capeval version.
+    signature (`str`): metric, model, revision, IDF source, frames, decoder (when video files were decoded), precision
+        and capeval version.
 Examples:
     >>> emscore = evaluate.load("capeval/emscore")
     >>> results = emscore.compute(
