@@ -170,11 +170,13 @@ def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.sa
                  metadata: Optional[Dict[str, str]] = None) -> Path:
     """Write ``tensors`` to the safetensors file ``folder/name`` and record its size and sha256 in the folder's
     :data:`CHECKSUMS_NAME` (every converter and ``capeval train bridge`` write weights through this, so that a
-    damaged copy is refused when loaded); returns the file's path."""
+    damaged copy is refused when loaded); returns the file's path. Both files get the mode of any new file under the
+    process's umask (safetensors writes ``0600``), so that a cache shared between users can be read by them."""
     from safetensors.torch import save_file
 
     path = Path(folder) / name
     save_file(dict(tensors), str(path), metadata=metadata)
+    os.chmod(path, _new_file_mode())
     try:
         records = _read_checksums(Path(folder)) or {}
     except ValueError:  # a damaged record is written anew
@@ -182,6 +184,14 @@ def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.sa
     records[name] = _checksum_record(path)
     _write_checksums(Path(folder), records)
     return path
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file under the process's umask: ``0o666`` less the umask (read by setting it
+    and putting it back)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _checksum_record(path: Path) -> Dict[str, Any]:
@@ -216,6 +226,7 @@ def _write_checksums(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> No
                        "files": dict(sorted(files.items()))}, indent=2) + "\n"
     handle, temporary = tempfile.mkstemp(prefix=f".{CHECKSUMS_NAME}.", dir=folder)
     try:
+        os.chmod(temporary, _new_file_mode())  # mkstemp makes it 0600
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(temporary, folder / CHECKSUMS_NAME)
