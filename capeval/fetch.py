@@ -299,18 +299,20 @@ def _nltk_resource(resource: str) -> Optional[Path]:
 
 def nltk_data(package: str, model: str) -> Path:
     """Where NLTK's data ``package`` (needed with ``model``) is: found on NLTK's data path, else downloaded now with
-    NLTK's downloader (into its default folder, or the first of ``NLTK_DATA``); never downloaded when offline."""
+    NLTK's downloader (into its default folder, or the first of ``NLTK_DATA``); never downloaded when offline or once
+    this process found no network (:func:`no_network`)."""
     import nltk
 
     resource = NLTK_RESOURCES[package]
     found = _nltk_resource(resource)
     if found is not None:
         return found
-    if offline():
+    down = "capeval is offline (HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set)" if offline() else no_network()
+    if down is not None:
         raise ModelNotAvailableError(
-            f"{model} needs NLTK's {package!r} data, which is not installed, and capeval is offline (HF_HUB_OFFLINE "
-            f"or CAPEVAL_OFFLINE is set): run `capeval download {model}` where there is network access, with the "
-            f"same NLTK_DATA, or `python -m nltk.downloader {package}`")
+            f"{model} needs NLTK's {package!r} data, which is not installed, and {down}: run `capeval download "
+            f"{model}` where there is network access, with the same NLTK_DATA, or `python -m nltk.downloader "
+            f"{package}`")
     try:
         nltk.download(package, quiet=True, raise_on_error=True)
     except Exception as error:  # NLTK's downloader reports failures as several exception types

@@ -13,7 +13,7 @@ import pytest
 
 from capeval.cli import main
 from capeval.fetch import MIRROR_VARIABLE, OriginalUnavailableError, cache_root, converted_folder, fetch_model, \
-    read_provenance
+    nltk_data, read_provenance
 from capeval.hub import HUB_PROBES, ModelNotAvailableError
 from capeval.models.scan.loading import model_folder as scan_folder
 from capeval.originals import SOURCES
@@ -246,3 +246,21 @@ def test_the_hub_log_shows_only_when_verbose(online: OriginalsServer, monkeypatc
         assert main((["--verbose"] if verbose else []) + ["download", SCAN]) == 0
     assert levels == {False: hub_logging.ERROR, True: before}
     assert hub_logging.get_verbosity() == before
+
+
+def test_nltk_data_is_not_asked_for_once_there_is_no_network(online: OriginalsServer) -> None:
+    scan_folder(SCAN)  # the model is had; its NLTK data is not installed
+    HUB_PROBES["https://hub.invalid"] = "https://hub.invalid cannot be reached (Name or service not known)"
+    UNREACHABLE["raw.githubusercontent.com"] = "Name or service not known"
+    online.requests.clear()
+    try:
+        with pytest.raises(ModelNotAvailableError) as raised:
+            nltk_data("punkt_tab", SCAN)
+    finally:
+        HUB_PROBES.clear()
+        UNREACHABLE.clear()
+    assert str(raised.value) == (
+        f"{SCAN} needs NLTK's 'punkt_tab' data, which is not installed, and there is no network (neither the hub nor "
+        f"raw.githubusercontent.com can be reached: Name or service not known): run `capeval download {SCAN}` where "
+        "there is network access, with the same NLTK_DATA, or `python -m nltk.downloader punkt_tab`")
+    assert online.requests == []
