@@ -23,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capeval", description="Faithful caption evaluation metrics for images and videos.")
     parser.add_argument("--version", action="version", version=f"capeval {__version__}")
     parser.add_argument("--verbose", action="store_true",
-                        help="also show huggingface_hub's download progress bars (model loading from disk shows none)")
+                        help="also show huggingface_hub's download progress bars and its log (retries, warnings); "
+                             "model loading from disk shows no bar")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (score, benchmark, regions, train, download):
         command.register(subparsers)
@@ -44,7 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     group_before = _process_group_initialized()
     try:
-        with warnings.catch_warnings(), _third_party_bars(shown=args.verbose or args.command == "download"):
+        with warnings.catch_warnings(), _third_party_bars(shown=args.verbose or args.command == "download"), \
+                _hub_log(shown=args.verbose):
             warnings.showwarning = show_warning
             return args.handler(args)
     except (InputError, ConfigError, BenchmarkFormatError, BaselineUnavailableError, OSError) as error:
@@ -74,6 +76,23 @@ def _leave_process_group() -> None:
         torch.distributed.destroy_process_group()
     except Exception as error:  # the command's own result or error matters more
         print(f"capeval: warning: could not leave the process group ({error})", file=sys.stderr)
+
+
+@contextmanager
+def _hub_log(shown: bool) -> Iterator[None]:
+    """huggingface_hub's log (its "Retrying in 1s [Retry 1/5]" lines, warnings) kept to errors unless ``shown``;
+    its previous level restored afterwards."""
+    if shown:
+        yield
+        return
+    from huggingface_hub.utils import logging as hub_logging
+
+    level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hub_logging.set_verbosity(level)
 
 
 @contextmanager

@@ -27,6 +27,10 @@ PROVENANCE_NAME = "capeval_provenance.json"
 CHECKSUMS_NAME = "capeval_checksums.json"
 """The record, in a folder that capeval's converters (or ``capeval train bridge``) wrote, of each weight file's size
 and sha256 (:func:`save_weights`), checked when the folder is loaded (:func:`check_weights`)."""
+PROBE_SECONDS = 10.0
+HUB_PROBES: Dict[str, Optional[str]] = {}
+"""Hub endpoint -> why it could not be reached (``None``: it answered), asked once per process by
+:func:`hub_unreachable`."""
 
 
 class ModelNotAvailableError(OSError):
@@ -54,15 +58,33 @@ def pinned_revision(model: ModelRef, revision: Optional[str]) -> Optional[str]:
     return revision
 
 
+def hub_unreachable() -> Optional[str]:
+    """Why the Hugging Face hub (``HF_ENDPOINT``) cannot be reached, or ``None`` when it answers: one request with no
+    retry, made once per process (huggingface_hub would otherwise retry each call for half a minute when there is no
+    network), through huggingface_hub's own HTTP session and so its proxy settings."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    endpoint = constants.ENDPOINT
+    if endpoint not in HUB_PROBES:
+        try:
+            get_session().head(endpoint, timeout=PROBE_SECONDS)
+            HUB_PROBES[endpoint] = None
+        except Exception as error:  # requests', httpx's or httpx2's transport errors, by huggingface_hub version
+            HUB_PROBES[endpoint] = f"{endpoint} cannot be reached ({' '.join(str(error).split())})"
+    return HUB_PROBES[endpoint]
+
+
 def resolve_model_folder(
     model: ModelRef, revision: Optional[str], allow_patterns: Sequence[str], converter: str, parameter: str = "model"
 ) -> Path:
     """The folder of ``model``, in this order: a local folder as-is; for a registry model at its pinned revision,
     its folder built from the original files in capeval's cache (:mod:`capeval.fetch`); the hub snapshot at
-    ``revision`` holding the files matching ``allow_patterns`` (the local cache when offline); else, for a model
-    with original files, those files downloaded, checked and converted now (never when offline). ``converter``
-    names the script that writes such folders, and ``parameter`` the argument that takes one (``regions`` for a
-    scorer's detector)."""
+    ``revision`` holding the files matching ``allow_patterns`` (the local cache when offline, or when the hub cannot
+    be reached: :func:`hub_unreachable`); else, for a model with original files, those files downloaded, checked and
+    converted now (offline, only from a mirror folder: :func:`capeval.fetch.local_mirror`). ``converter`` names the
+    script that writes such folders, and ``parameter`` the argument that takes one (``regions`` for a scorer's
+    detector)."""
     problem = local_model_problem(model, converter, parameter)
     if problem is not None:
         raise ModelNotAvailableError(problem)
@@ -79,23 +101,26 @@ def resolve_model_folder(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
+    no_hub = None if fetch.offline() else hub_unreachable()
     try:
         return Path(snapshot_download(name, revision=revision, allow_patterns=list(allow_patterns),
-                                      local_files_only=fetch.offline()))
+                                      local_files_only=fetch.offline() or no_hub is not None))
     except LocalEntryNotFoundError as error:
         unreachable = True
         hub_problem = (f"model {name!r} (revision {revision!r}) is not in the local Hugging Face cache and the hub "
                        "cannot be reached (HF_HUB_OFFLINE is set or there is no network).")
-        cause = error
+        cause = no_hub or error
     except Exception as error:  # repository or revision errors from the hub
         unreachable = False
         hub_problem = f"cannot load model {name!r} at revision {revision!r}: {error}"
         cause = error
-    if from_originals and not fetch.offline():
+    if from_originals and (not fetch.offline() or fetch.local_mirror()):
         try:
             return fetch.fetch_model(name)
         except fetch.OriginalUnavailableError as error:
-            raise fetch.OriginalUnavailableError(f"{error} (The hub: {' '.join(str(cause).split())})") from None
+            if no_hub is not None and fetch.no_network() is not None:  # the error says that there is no network
+                raise
+            raise fetch.OriginalUnavailableError(f"{error} (Nor is it on the hub: {_first_line(cause)})") from None
     if from_originals:
         raise ModelNotAvailableError(
             f"{hub_problem} Nor is it in capeval's cache of models converted from their original files "
@@ -109,6 +134,12 @@ def resolve_model_folder(
             f"{hub_problem} Run once with network access to cache it, or pass {parameter}=<local folder> with a "
             f"converted model (see {converter}). Cause: {cause}") from None
     raise ModelNotAvailableError(hub_problem) from None
+
+
+def _first_line(cause: object) -> str:
+    """The first line of an error of the hub (huggingface_hub's go on with advice about tokens and repository
+    names)."""
+    return next((line.strip() for line in str(cause).splitlines() if line.strip()), type(cause).__name__)
 
 
 def pinned_model_folder(model: ModelRef, revision: Optional[str], files: Sequence[str], converter: str,
@@ -178,11 +209,13 @@ def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.sa
                  metadata: Optional[Dict[str, str]] = None) -> Path:
     """Write ``tensors`` to the safetensors file ``folder/name`` and record its size and sha256 in the folder's
     :data:`CHECKSUMS_NAME` (every converter and ``capeval train bridge`` write weights through this, so that a
-    damaged copy is refused when loaded); returns the file's path."""
+    damaged copy is refused when loaded); returns the file's path. Both files get the mode of any new file under the
+    process's umask (safetensors writes ``0600``), so that a cache shared between users can be read by them."""
     from safetensors.torch import save_file
 
     path = Path(folder) / name
     save_file(dict(tensors), str(path), metadata=metadata)
+    os.chmod(path, _new_file_mode())
     try:
         records = _read_checksums(Path(folder)) or {}
     except ValueError:  # a damaged record is written anew
@@ -190,6 +223,14 @@ def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.sa
     records[name] = _checksum_record(path)
     _write_checksums(Path(folder), records)
     return path
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file under the process's umask: ``0o666`` less the umask (read by setting it
+    and putting it back)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _checksum_record(path: Path) -> Dict[str, Any]:
@@ -224,6 +265,7 @@ def _write_checksums(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> No
                        "files": dict(sorted(files.items()))}, indent=2) + "\n"
     handle, temporary = tempfile.mkstemp(prefix=f".{CHECKSUMS_NAME}.", dir=folder)
     try:
+        os.chmod(temporary, _new_file_mode())  # mkstemp makes it 0600
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
         os.replace(temporary, folder / CHECKSUMS_NAME)

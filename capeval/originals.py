@@ -34,7 +34,8 @@ class OriginalFile(NamedTuple):
     licence: str
     estimated_size: int
     """Bytes, estimated from the tensors capeval converts (parameter count times bytes per value; a lower bound when
-    the file holds more) where :attr:`size` is unknown: shown to users and checked against the free disk space."""
+    the file holds more) where :attr:`size` is unknown: shown to users, checked against the free disk space, and,
+    while :attr:`size` is unknown, the size a file must be within :data:`SIZE_TOLERANCE` of."""
     size: Optional[int] = None
     """Exact size in bytes once someone has observed it; a download of another size is refused."""
     sha256: Optional[str] = None
@@ -115,6 +116,12 @@ def _pacs(name: str, parameters: int) -> OriginalFile:
 def _pacspp(name: str, parameters: int) -> OriginalFile:
     return OriginalFile(name, "checkpoint", PACSPP_BASE + name, PACS_LICENCE, parameters * 4)
 
+
+SIZE_TOLERANCE = 10
+"""A file whose exact size is not recorded is refused when it is more than this many times smaller or larger than
+its estimate (:func:`accepted_sizes`): the estimates count the tensors the converter reads, which a file may hold in
+half precision or compressed, or beside more (optimizer state), but a file ten times off is another file (a page,
+a truncated transfer, a different checkpoint)."""
 
 VIT_B_32_PARAMETERS, VIT_L_14_PARAMETERS = 151_277_313, 427_616_513
 """Parameters of the full-size OpenAI / OpenCLIP towers (the two ViT-L/14 have the same count)."""
@@ -210,6 +217,14 @@ def human_size(size: int) -> str:
 def shown_size(file: OriginalFile) -> str:
     """The exact size where known, else ``about`` the estimate."""
     return f"{file.size:,} bytes" if file.size is not None else f"about {human_size(file.estimated_size)}"
+
+
+def accepted_sizes(file: OriginalFile) -> Tuple[int, int]:
+    """The smallest and largest size in bytes accepted for ``file``: its exact size where recorded, else its estimate
+    divided and multiplied by :data:`SIZE_TOLERANCE`."""
+    if file.size is not None:
+        return file.size, file.size
+    return file.estimated_size // SIZE_TOLERANCE, file.estimated_size * SIZE_TOLERANCE
 
 
 def download_size(source: ModelSource) -> int:

@@ -1,7 +1,9 @@
 """Downloads of single files that a user can trust: resumed after an interruption (HTTP ``Range``), with a progress
 bar, a size check, a refusal of HTML pages served in place of the file, a free-space check and one clear error for
-every way a transfer fails. Google Drive files go through ``gdown`` (an optional dependency: ``capeval[gdrive]``),
-behind :class:`DriveClient`.
+every way a transfer fails (the caller says which file it was about). URLs are ``http(s)://`` or ``file://`` (a file
+on this machine, copied). A host that could not be reached is remembered for the rest of the process, so that the
+next file from it fails at once instead of waiting for the network again. Google Drive files go through ``gdown``
+(an optional dependency: ``capeval[gdrive]``), behind :class:`DriveClient`.
 
 Model-independent: :mod:`capeval.fetch` says what to download and checks the sha256.
 """
@@ -19,6 +21,7 @@ import urllib.request
 from inspect import signature
 from pathlib import Path
 from typing import Dict, Optional, Protocol
+from urllib.parse import urlsplit
 
 CHUNK_BYTES = 1 << 20
 ATTEMPTS = 4
@@ -28,11 +31,20 @@ HTML_STARTS = (b"<!doctype html", b"<html", b"<head", b"<!--")
 
 
 class TransferError(OSError):
-    """A file could not be had; the message says which, from where, why, and what to do."""
+    """A file could not be had; the message says from where, why, and what to do (the caller says which file)."""
 
 
 class TransferInterrupted(TransferError):
     """The connection ended before the whole file came; the partial file is kept for the next attempt."""
+
+
+class HostUnreachable(TransferError):
+    """No connection could be made to the file's host (no network, a name that does not resolve, a refused or
+    timed-out connection): nothing was transferred."""
+
+
+UNREACHABLE: Dict[str, str] = {}
+"""Host -> why it could not be reached, in this process (a later transfer from it fails at once)."""
 
 
 def sha256_of(path: Path) -> str:
@@ -50,17 +62,17 @@ def looks_like_html(start: bytes) -> bool:
     return start.lstrip().lower().startswith(HTML_STARTS)
 
 
-def check_free_space(folder: Path, needed: int, what: str) -> None:
+def check_free_space(folder: Path, needed: int) -> None:
     """Refuse to start a transfer of about ``needed`` more bytes into ``folder`` when its disk has less free."""
     free = shutil.disk_usage(folder).free
     if free < needed:
-        raise TransferError(f"{what}: needs about {needed:,} bytes in {folder} but its disk has {free:,} free; free "
-                            "some space or set CAPEVAL_CACHE (or HF_HOME) to a folder on a larger disk")
+        raise TransferError(f"needs about {needed:,} bytes in {folder} but its disk has {free:,} free; free some "
+                            "space or set CAPEVAL_CACHE (or HF_HOME) to a folder on a larger disk")
 
 
-def _disk_full(path: Path, what: str) -> TransferError:
+def _disk_full(path: Path) -> TransferError:
     free = shutil.disk_usage(path.parent).free
-    return TransferError(f"{what}: the disk is full while writing {path} ({free:,} bytes free): free some space or "
+    return TransferError(f"the disk is full while writing {path} ({free:,} bytes free): free some space or "
                          "set CAPEVAL_CACHE (or HF_HOME) to a folder on a larger disk, then run the same command "
                          "again (the part already written is kept)")
 
@@ -88,7 +100,7 @@ def _expected_total(response: http.client.HTTPResponse, offset: int) -> Optional
     return int(length) + offset if length is not None and length.isdigit() else None
 
 
-def _transfer_once(url: str, part: Path, size: Optional[int], what: str, progress: bool) -> None:
+def _transfer_once(url: str, part: Path, size: Optional[int], progress: bool) -> None:
     """One request, appended to ``part`` from its current length (``Range``); raises :class:`TransferInterrupted`
     when the body ends early."""
     offset = part.stat().st_size if part.exists() else 0
@@ -99,13 +111,13 @@ def _transfer_once(url: str, part: Path, size: Optional[int], what: str, progres
     except urllib.error.HTTPError as error:
         if error.code == 416 and offset:  # the part is complete or longer than the file: start again
             part.unlink()
-            raise TransferInterrupted(f"{what}: {url} refused to resume at byte {offset:,}") from None
+            raise TransferInterrupted(f"{url} refused to resume at byte {offset:,}") from None
         raise
     with response:
         content_range = response.headers.get("Content-Range", "")
         if offset and response.status == 206 and not content_range.startswith(f"bytes {offset}-"):
             part.unlink()  # a part of another range than asked for: start again
-            raise TransferInterrupted(f"{what}: {url} answered range {content_range!r} to bytes={offset}-")
+            raise TransferInterrupted(f"{url} answered range {content_range!r} to bytes={offset}-")
         if offset and response.status != 206:  # the server ignored the range: the body is the whole file
             offset = 0
         kind = response.headers.get("Content-Type", "")
@@ -113,7 +125,7 @@ def _transfer_once(url: str, part: Path, size: Optional[int], what: str, progres
         first = response.read(min(CHUNK_BYTES, 4096))
         if "text/html" in kind or (offset == 0 and looks_like_html(first)):
             title = first[:300].decode("utf-8", "replace").split("<title>")[-1].split("</title>")[0].strip()
-            raise TransferError(f"{what}: {url} answered with an HTML page ({title[:80]!r}), not the file: the host "
+            raise TransferError(f"{url} answered with an HTML page ({title[:80]!r}), not the file: the host "
                                 "wants a confirmation, a login, or its download quota is used up")
         received = offset
         bar = _progress_bar(total, offset, part.name[:-len(".part")]) if progress else None
@@ -129,45 +141,52 @@ def _transfer_once(url: str, part: Path, size: Optional[int], what: str, progres
                         bar.update(len(block))
                     block = response.read(CHUNK_BYTES)
         except (http.client.IncompleteRead, ConnectionError, socket.timeout) as error:
-            raise TransferInterrupted(f"{what}: the transfer from {url} broke off after {received:,} bytes "
+            raise TransferInterrupted(f"the transfer from {url} broke off after {received:,} bytes "
                                       f"({error.__class__.__name__})") from None
         except OSError as error:
             if error.errno == errno.ENOSPC:
-                raise _disk_full(part, what) from None
+                raise _disk_full(part) from None
             raise
         finally:
             if bar is not None:
                 bar.close()
     if total is not None and received < total:
-        raise TransferInterrupted(f"{what}: the transfer from {url} ended after {received:,} of {total:,} bytes")
+        raise TransferInterrupted(f"the transfer from {url} ended after {received:,} of {total:,} bytes")
 
 
-def download_url(url: str, target: Path, size: Optional[int], estimated_size: int, what: str,
-                 progress: bool = True) -> None:
+def download_url(url: str, target: Path, size: Optional[int], estimated_size: int, progress: bool = True) -> None:
     """Download ``url`` to ``target`` through ``<target>.part``, resuming a part left by an earlier run and each
     interruption (up to :data:`ATTEMPTS` transfers); the part is renamed to ``target`` once complete. ``size``
-    (when known) must be the file's size; ``what`` names the file and model in errors."""
+    (when known) must be the file's size. A host found unreachable earlier in this process is not tried again
+    (:class:`HostUnreachable`)."""
+    host = urlsplit(url).netloc
+    if host in UNREACHABLE:
+        raise HostUnreachable(f"{host} cannot be reached ({UNREACHABLE[host]}, found earlier in this run)")
     part = target.with_name(target.name + ".part")
     have = part.stat().st_size if part.exists() else 0
-    check_free_space(target.parent, max((size or estimated_size) - have, 0), what)
+    check_free_space(target.parent, max((size or estimated_size) - have, 0))
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            _transfer_once(url, part, size, what, progress)
+            _transfer_once(url, part, size, progress)
             break
         except TransferInterrupted as error:
             if attempt == ATTEMPTS:
                 raise TransferInterrupted(f"{error}; {ATTEMPTS} attempts failed. Run the same command again to "
                                           f"resume (the part is kept in {part})") from None
         except urllib.error.HTTPError as error:
-            raise TransferError(f"{what}: {url} answered {error.code} {error.reason}") from None
+            raise TransferError(f"{url} answered {error.code} {error.reason}") from None
         except (urllib.error.URLError, ConnectionError, socket.timeout) as error:
             reason = getattr(error, "reason", error)
-            raise TransferError(f"{what}: cannot reach {url} ({reason})") from None
+            if not host:  # a file:// URL: the file is missing or unreadable
+                raise TransferError(f"cannot read {urllib.request.url2pathname(urlsplit(url).path)} "
+                                    f"({getattr(reason, 'strerror', None) or reason})") from None
+            UNREACHABLE[host] = str(getattr(reason, "strerror", None) or reason)
+            raise HostUnreachable(f"{host} cannot be reached ({UNREACHABLE[host]})") from None
     got = part.stat().st_size
     if size is not None and got != size:
         part.unlink()
-        raise TransferError(f"{what}: {url} gave {got:,} bytes, but the file has {size:,}: a truncated or "
-                            "different file (removed)")
+        raise TransferError(f"{url} gave {got:,} bytes, but the file has {size:,}: a truncated or different file "
+                            "(removed)")
     os.replace(part, target)
 
 

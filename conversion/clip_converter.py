@@ -31,6 +31,7 @@ from typing import Mapping, Sequence
 import torch
 from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
+from capeval.fetch import reading
 from capeval.hub import save_weights
 from conversion.convert_clip import (ARCHES, DEFAULT_ARCH_FOR_MODEL, DEFAULT_NORMALIZATION, KNOWN_MODELS, LORA_MODES,
                                      NORMALIZATIONS)
@@ -460,10 +461,11 @@ def clip_bpe_vocabulary(bpe_path: str | Path) -> tuple[dict[str, int], list[tupl
 
 def write_tokenizer(out_dir: Path, bpe_path: str | Path, context_length: int) -> None:
     """Write vocab.json, merges.txt and the transformers CLIP tokenizer files into ``out_dir``."""
-    vocab, merges = clip_bpe_vocabulary(bpe_path)
-    if vocab[START_TOKEN] != BOS_TOKEN_ID or vocab[END_TOKEN] != EOS_TOKEN_ID:
-        raise CheckpointError(f"{str(bpe_path)!r} gives start/end ids {vocab[START_TOKEN]}/{vocab[END_TOKEN]}, "
-                              f"not {BOS_TOKEN_ID}/{EOS_TOKEN_ID}")
+    with reading(bpe_path):
+        vocab, merges = clip_bpe_vocabulary(bpe_path)
+        if vocab[START_TOKEN] != BOS_TOKEN_ID or vocab[END_TOKEN] != EOS_TOKEN_ID:
+            raise CheckpointError(f"{str(bpe_path)!r} gives start/end ids {vocab[START_TOKEN]}/{vocab[END_TOKEN]}, "
+                                  f"not {BOS_TOKEN_ID}/{EOS_TOKEN_ID}")
     tokenizer = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=context_length)
     tokenizer.save_pretrained(str(out_dir))
     (out_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
@@ -495,8 +497,9 @@ def convert_checkpoint(checkpoint: str | Path, out_dir: str | Path, arch: str | 
     "inception") defaults to the arch's: OpenAI constants for openai, 0.5 for openclip. ``lora`` is
     ``merge_lora``'s mode: "merge" folds PAC-S++ LoRA factors in when the checkpoint holds them, "refuse" stops.
     """
-    return convert_original_state_dict(load_original_state_dict(checkpoint), out_dir, arch, model_name, bpe_path,
-                                       normalization, lora)
+    with reading(checkpoint):
+        original = load_original_state_dict(checkpoint)
+    return convert_original_state_dict(original, out_dir, arch, model_name, bpe_path, normalization, lora)
 
 
 def convert_original_state_dict(original: Mapping[str, torch.Tensor], out_dir: str | Path, arch: str | None = None,

@@ -37,6 +37,7 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 import yaml
 
+from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.configuration import CONFIG_NAME
 from capeval.models.polos.configuration import (CLIP_FOLDER, ENCODER_FOLDER, POOLINGS, WEIGHTS_NAME,
@@ -194,7 +195,8 @@ def write_encoder(weights: Mapping[str, torch.Tensor], encoder_config: Path, voc
 
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(encoder_config, folder / CONFIG_NAME)
-    config = AutoConfig.from_pretrained(folder)
+    with reading(encoder_config):
+        config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
         shapes = {name: tensor.shape for name, tensor in AutoModel.from_config(config).state_dict().items()
                   if name not in ENCODER_BUFFERS}
@@ -220,7 +222,7 @@ def convert(checkpoint: Path, encoder_config: Path, vocab: Path, merges: Path, o
     """Convert the original (``reprod.zip``, its folder or its ``.ckpt``) into a capeval Polos folder ``out``."""
     checkpoint, encoder_config, vocab, merges, out = map(Path, (checkpoint, encoder_config, vocab, merges, out))
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out) as scratch:
+    with tempfile.TemporaryDirectory(dir=out) as scratch, reading(checkpoint):
         ckpt, hparams_path = locate_original(checkpoint, Path(scratch))
         try:
             hparams = yaml.safe_load(hparams_path.read_text(encoding="utf-8"))

@@ -47,6 +47,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 import torch
 import yaml
 
+from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.models.regions.configuration import RESNET_BLOCKS, BottomUpConfig, X152FpnConfig
 from capeval.models.regions.modeling_bottom_up import BottomUpDetector, cell_anchors
@@ -300,8 +301,11 @@ CONFIG_READERS: Dict[str, Callable[[Mapping[str, Any]], Union[BottomUpConfig, X1
 
 def convert_checkpoint(checkpoint: Path, config_yaml: Path, out_dir: Path, detector: str = BOTTOM_UP) -> List[str]:
     """Write ``model.safetensors`` and ``config.json`` to ``out_dir``; returns the dropped checkpoint keys."""
-    config = CONFIG_READERS[detector](yaml.safe_load(config_yaml.read_text()))
-    converted, dropped = convert_state_dict(load_checkpoint(checkpoint), config)
+    with reading(config_yaml):
+        config = CONFIG_READERS[detector](yaml.safe_load(config_yaml.read_text()))
+    with reading(checkpoint):
+        state = load_checkpoint(checkpoint)
+    converted, dropped = convert_state_dict(state, config)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_weights(converted, out_dir, metadata={"format": "pt"})
     config.save(out_dir)

@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
+from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.models.scan.configuration import SUPPORTED_OPTIONS, ScanConfig
 from capeval.models.scan.loading import WEIGHTS_NAME
@@ -129,10 +130,12 @@ def read_original_vocab(path: Path) -> Dict[str, int]:
 
 def convert(checkpoint: Path, vocab: Path, out: Path) -> List[str]:
     """Write the capeval SCAN folder; returns the names of the weights written."""
-    img_state, txt_state, opt = read_checkpoint(checkpoint)
-    word_to_id = read_original_vocab(vocab)
-    if "embed.weight" not in txt_state:
-        raise CheckpointError(f"checkpoint {str(checkpoint)!r}: model[1] has no embed.weight")
+    with reading(checkpoint):
+        img_state, txt_state, opt = read_checkpoint(checkpoint)
+        if "embed.weight" not in txt_state:
+            raise CheckpointError(f"checkpoint {str(checkpoint)!r}: model[1] has no embed.weight")
+    with reading(vocab):
+        word_to_id = read_original_vocab(vocab)
     vocab_size = int(txt_state["embed.weight"].shape[0])
     if vocab_size != len(word_to_id):
         raise CheckpointError(f"the embedding has {vocab_size} rows but {vocab} has {len(word_to_id)} words")

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.models.vilbert.configuration import VilbertConfig
 from capeval.models.vilbert.loading import VOCAB_FILE, WEIGHTS_FILE
@@ -131,8 +132,9 @@ def split_state_dict(state_dict: Mapping[str, torch.Tensor], config: VilbertConf
 def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> VilbertConfig:
     """Write the converted folder and return its config; task tokens are present iff the checkpoint has
     ``bert.embeddings.task_embeddings.weight``."""
-    state_dict = load_original_state_dict(checkpoint)
-    with open(original_config, encoding="utf-8") as handle:
+    with reading(checkpoint):
+        state_dict = load_original_state_dict(checkpoint)
+    with reading(original_config), open(original_config, encoding="utf-8") as handle:
         config = config_from_original(json.load(handle), task_specific_tokens=TASK_EMBEDDINGS_KEY in state_dict)
     kept, dropped, unexpected = split_state_dict(state_dict, config)
     if unexpected:

@@ -29,8 +29,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                     "is network access; afterwards the models load with HF_HUB_OFFLINE=1. Every run also installs "
                     "capeval's evaluate modules into evaluate's module cache ($HF_MODULES_CACHE, else "
                     '$HF_HOME/modules), so that evaluate.load("capeval/<name>") works offline.',
-        epilog=f"Models: {', '.join(SOURCES)}. CAPEVAL_ORIGINALS_MIRROR=<base URL> takes every original file from "
-               "<base URL>/<file name>.")
+        epilog=f"Models: {', '.join(SOURCES)}. CAPEVAL_ORIGINALS_MIRROR=<mirror> takes every original file from "
+               "<mirror>/<file name>, the mirror being a folder on this machine (read even with HF_HUB_OFFLINE=1), a "
+               "file:// URL or an http(s):// base URL.")
     parser.add_argument("models", nargs="*", metavar="MODEL", help="registry model names (see below)")
     parser.add_argument("--all", action="store_true", help="every published model")
     parser.add_argument("--modules-only", action="store_true",
@@ -134,13 +135,14 @@ def install_evaluate_modules() -> bool:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``capeval download``: the evaluate modules are installed and every model is tried; returns 2 when
     the modules or a model could not be had."""
-    from capeval.fetch import cached_model, nltk_data, offline
+    from capeval.fetch import MIRROR_VARIABLE, cached_model, local_mirror, nltk_data, offline
     from capeval.hub import ModelNotAvailableError, weights_problem
 
     models = _chosen_models(args)
     if offline() and models:
+        mirror = f" or built from the original files in {MIRROR_VARIABLE}'s folder" if local_mirror() else ""
         warnings.warn("HF_HUB_OFFLINE or CAPEVAL_OFFLINE is set: nothing is downloaded, only models already in the "
-                      "caches are found")
+                      f"caches are found{mirror}")
     given = _given_originals(models[0], args.original) if args.original else {}
     modules_installed = install_evaluate_modules()
     failed = []

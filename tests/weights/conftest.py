@@ -16,12 +16,12 @@ import pytest
 from nltk.downloader import Downloader
 
 from capeval.fetch import MIRROR_VARIABLE
-from capeval.hub import LoadedModels
+from capeval.hub import HUB_PROBES, LoadedModels
 from capeval.models.clip import loading as clip_loading
 from capeval.models.scan import loading as scan_loading
 from capeval.models.vilbert import loading as vilbert_loading
 from capeval.originals import SOURCES, ModelSource
-from capeval.transfers import sha256_of
+from capeval.transfers import UNREACHABLE, sha256_of
 from fixtures.originals_server import OriginalsServer, start_server
 from fixtures.stand_in_originals import stand_in_sources, write_stand_ins
 from fixtures.tiger_checkpoints import load_goldens
@@ -112,6 +112,8 @@ def online(server: OriginalsServer, stand_in_table: Dict[str, ModelSource], nltk
     for module in (clip_loading, scan_loading, vilbert_loading):
         monkeypatch.setattr(module, "_LOADED", LoadedModels())
     refuse_other_hosts(monkeypatch)
+    HUB_PROBES.clear()  # what earlier tests found of the network (once per process in use)
+    UNREACHABLE.clear()
     server.requests.clear()
     server.misbehaviour.clear()
     return server

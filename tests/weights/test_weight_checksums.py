@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Callable, Dict
 
@@ -139,3 +141,23 @@ def test_a_saved_bridge_model_records_its_checksum(tiny_openai_clip, tmp_path: P
     damage(folder / WEIGHTS, 10)
     with pytest.raises(DamagedWeightsError, match="capeval train bridge"):
         load_bridge(folder, device="cpu")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_converted_folders_and_their_records_follow_the_umask(umask: int, stand_ins: Path, tmp_path: Path) -> None:
+    """Every file a converter writes, weights and checksum records included, and a record written again on a load,
+    has the mode of any new file under the process's umask (a cache shared between users)."""
+    previous = os.umask(umask)
+    try:
+        folder = tmp_path / "polos"  # a folder with weights of its own and two subfolders with theirs
+        DIRECT_CONVERSIONS["capeval/polos-clip-vit-b-32"](stand_ins, folder)
+        copy = tmp_path / "copy"
+        shutil.copytree(folder, copy, copy_function=shutil.copy)
+        check_weights(copy)  # new modification times: the record is written again
+    finally:
+        os.umask(previous)
+    modes = {str(path.relative_to(tmp_path)): stat.S_IMODE(path.stat().st_mode) for path in tmp_path.rglob("*")}
+    assert {name for name in modes if name.endswith(CHECKSUMS_NAME)} == {
+        f"{top}/{sub}{CHECKSUMS_NAME}" for top in ("polos", "copy") for sub in ("", "clip/", "encoder/")}
+    assert {name: mode for name, mode in modes.items() if mode != (0o777 if (tmp_path / name).is_dir() else 0o666)
+            & ~umask} == {}
