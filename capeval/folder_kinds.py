@@ -13,17 +13,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from capeval.configuration import CONFIG_NAME
 from capeval.hub import ModelNotAvailableError, without_loading_bars
 from capeval.options import CHECKPOINT_SUFFIXES
 from capeval.originals import SOURCES
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
-Model = TypeVar("Model", bound="PreTrainedModel")
 WEIGHTS_NAME = "model.safetensors"
 ORIGINAL_SUFFIXES = (CHECKPOINT_SUFFIXES - {".safetensors"}) | {".zip", ".pkl", ".caffemodel"}
 """File name endings of the checkpoints that authors publish (a converted folder holds ``.safetensors``)."""
@@ -111,7 +107,14 @@ def _kind_of(config: Mapping[str, Any]) -> Optional[str]:
     return None
 
 
+def _folder_kind(folder: Path) -> Optional[str]:
+    """The key of the kind ``folder`` is, ``None`` for none of :data:`KINDS` (or no folder)."""
+    config = _config(folder)[0] if folder.is_dir() else None
+    return _kind_of(config) if config is not None else None
+
+
 def _listing(names: List[str]) -> str:
+    """The first few of ``names``, and how many more."""
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
@@ -155,11 +158,10 @@ def check_folder_kind(folder: Path, *needed: str) -> None:
     and ``config.json``."""
     folder = Path(folder)
     kinds = [KINDS[key] for key in needed]
-    config = _config(folder)[0] if folder.is_dir() else None
-    key = _kind_of(config) if config is not None else None
+    key = _folder_kind(folder)
     if key not in needed:
         wanted = " or ".join(kind.description for kind in kinds)
-        inside = [path.name for path in sorted(folder.iterdir()) if path.is_dir() and _is_of(path, needed)] \
+        inside = [path.name for path in sorted(folder.iterdir()) if _folder_kind(path) in needed] \
             if folder.is_dir() else []
         hint = f" (its subfolder {inside[0]} is one)" if inside else ""
         raise WrongModelFolderError(f"model folder {folder} holds {folder_holds(folder)}, where {wanted} is "
@@ -173,13 +175,8 @@ def check_folder_kind(folder: Path, *needed: str) -> None:
         check_folder_kind(folder / name, part)
 
 
-def _is_of(folder: Path, needed: Tuple[str, ...]) -> bool:
-    config = _config(folder)[0]
-    return config is not None and _kind_of(config) in needed
-
-
-def load_transformers_model(model_class: Type[Model], folder: Path) -> Model:
-    """``model_class`` from the weights of ``folder`` (checked by :func:`check_folder_kind`), with transformers'
+def load_transformers_model(model_class: Any, folder: Path) -> Any:
+    """``model_class`` (a transformers model class, or ``AutoModel``) from the weights of ``folder`` (checked by :func:`check_folder_kind`), with transformers'
     progress bar and load report silenced; :class:`WrongModelFolderError` naming the weight file when its tensors are
     not exactly the model's that the folder's config describes (transformers would start the missing ones from
     random values)."""

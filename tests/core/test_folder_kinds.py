@@ -89,10 +89,10 @@ def load_with(loader: str, folder: Path) -> object:
     from capeval.scorers.tigerscore import TIGErScore
     from capeval.scorers.vilbertscore import ViLBERTScore
 
-    if loader == "detector:bottom-up":
+    if loader.startswith("detector:"):
         from capeval.models.regions.detectors import DETECTORS
 
-        return DETECTORS["bottom-up"].load(folder, parameter="regions")
+        return DETECTORS[loader[len("detector:"):]].load(folder, parameter="regions")
     if loader == "captioner":
         from capeval.models.bridge.configuration import TemplateConfig
         from capeval.models.bridge.templates import BlipCaptioner
@@ -108,6 +108,7 @@ NEEDS = {
     "tigerscore": "a converted SCAN model (TIGEr's)", "vilbertscore": "a converted ViLBERT model",
     "bridge": "a BRIDGE model", "polos": "a converted Polos model",
     "detector:bottom-up": "a converted bottom-up Faster R-CNN region detector (TIGEr's)",
+    "detector:x152-fpn": "a converted X152-FPN Faster R-CNN region detector (ViLBERTScore's)",
     "captioner": "a BLIP captioner (transformers BlipForConditionalGeneration)",
 }
 CASES = [("clipscore", "polos"), ("clipscore", "roberta"), ("clipscore", "tiger originals"), ("pacscore", "vilbert"),
@@ -115,7 +116,7 @@ CASES = [("clipscore", "polos"), ("clipscore", "roberta"), ("clipscore", "tiger 
          ("tigerscore", "clip"), ("tigerscore", "vilbert"), ("tigerscore", "bottom-up"),
          ("vilbertscore", "roberta"), ("vilbertscore", "scan"), ("bridge", "clip"), ("bridge", "polos"),
          ("polos", "clip"), ("polos", "roberta"), ("polos", "bridge"), ("detector:bottom-up", "scan"),
-         ("detector:bottom-up", "tiger originals"), ("captioner", "clip"), ("captioner", "empty")]
+         ("detector:bottom-up", "tiger originals"), ("detector:x152-fpn", "bottom-up"), ("captioner", "clip"), ("captioner", "empty")]
 
 
 @pytest.mark.parametrize("loader, kind", CASES)
