@@ -57,10 +57,11 @@ class FolderKind:
 KINDS: Dict[str, FolderKind] = {
     "clip": FolderKind("a converted CLIP model", "openai/clip-vit-base-patch32",
                        "convert a checkpoint with conversion/convert_clip.py",
-                       files=(CONFIG_NAME, WEIGHTS_NAME, "preprocessor_config.json")),
+                       files=(CONFIG_NAME, WEIGHTS_NAME, "preprocessor_config.json", "vocab.json", "merges.txt")),
     "polos": FolderKind("a converted Polos model", "capeval/polos-clip-vit-b-32",
                         "convert the authors' reprod.zip with conversion/convert_polos.py",
-                        files=(CONFIG_NAME, WEIGHTS_NAME, f"encoder/{CONFIG_NAME}", f"encoder/{WEIGHTS_NAME}"),
+                        files=(CONFIG_NAME, WEIGHTS_NAME, f"encoder/{CONFIG_NAME}", f"encoder/{WEIGHTS_NAME}",
+                               "encoder/vocab.json", "encoder/merges.txt"),
                         parts=(("clip", "clip"),)),
     "scan": FolderKind("a converted SCAN model (TIGEr's)", "capeval/tiger-scan-coco",
                        "convert a checkpoint with conversion/convert_scan.py",
@@ -130,7 +131,8 @@ def folder_holds(folder: Path) -> str:
             return KINDS[key].description
         if isinstance(config.get("model_type"), str):
             architectures = config.get("architectures")
-            named = f" ({', '.join(map(str, architectures))})" if isinstance(architectures, list) and architectures else ""
+            named = (f" ({', '.join(map(str, architectures))})" if isinstance(architectures, list) and architectures
+                     else "")
             return f"a transformers {config['model_type']!r} model{named}"
         return f"a config.json of no model that capeval knows (no model_type; keys {_listing(sorted(config))})"
     names = sorted(path.name for path in folder.iterdir() if not path.name.startswith("."))
@@ -167,7 +169,8 @@ def check_folder_kind(folder: Path, *needed: str) -> None:
         raise WrongModelFolderError(f"model folder {folder} holds {folder_holds(folder)}, where {wanted} is "
                                     f"needed{hint}: {'; '.join(kind.how for kind in kinds)}")
     kind = KINDS[key]
-    missing = [name for name in kind.files if not (folder / name).is_file()]
+    missing = ([name for name in kind.files if not (folder / name).is_file()]
+               + [f"{name}/" for name, _ in kind.parts if not (folder / name).is_dir()])
     if missing:
         raise WrongModelFolderError(f"model folder {folder} is {kind.description} but lacks {', '.join(missing)}: "
                                     f"copy or write the folder again ({kind.how})")
@@ -176,10 +179,10 @@ def check_folder_kind(folder: Path, *needed: str) -> None:
 
 
 def load_transformers_model(model_class: Any, folder: Path) -> Any:
-    """``model_class`` (a transformers model class, or ``AutoModel``) from the weights of ``folder`` (checked by :func:`check_folder_kind`), with transformers'
-    progress bar and load report silenced; :class:`WrongModelFolderError` naming the weight file when its tensors are
-    not exactly the model's that the folder's config describes (transformers would start the missing ones from
-    random values)."""
+    """``model_class`` (a transformers model class, or ``AutoModel``) from the weights of ``folder`` (checked by
+    :func:`check_folder_kind`), with transformers' progress bar and load report silenced; :class:`WrongModelFolderError`
+    naming the weight file when its tensors are not exactly those of the model that the folder's config describes
+    (transformers would start the missing ones from random values)."""
     from transformers.utils import logging as transformers_logging
 
     verbosity = transformers_logging.get_verbosity()

@@ -116,7 +116,8 @@ CASES = [("clipscore", "polos"), ("clipscore", "roberta"), ("clipscore", "tiger 
          ("tigerscore", "clip"), ("tigerscore", "vilbert"), ("tigerscore", "bottom-up"),
          ("vilbertscore", "roberta"), ("vilbertscore", "scan"), ("bridge", "clip"), ("bridge", "polos"),
          ("polos", "clip"), ("polos", "roberta"), ("polos", "bridge"), ("detector:bottom-up", "scan"),
-         ("detector:bottom-up", "tiger originals"), ("detector:x152-fpn", "bottom-up"), ("captioner", "clip"), ("captioner", "empty")]
+         ("detector:bottom-up", "tiger originals"), ("detector:x152-fpn", "bottom-up"), ("captioner", "clip"),
+         ("captioner", "empty")]
 
 
 @pytest.mark.parametrize("loader, kind", CASES)
