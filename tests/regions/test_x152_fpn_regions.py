@@ -12,6 +12,7 @@ import torch
 import yaml
 from PIL import Image
 
+from capeval.folder_kinds import WrongModelFolderError
 from capeval.inputs import InputError, validate_image
 from capeval.models.regions import DETECTORS
 from capeval.models.regions.configuration import VILBERT, X152FpnConfig
@@ -156,7 +157,8 @@ def test_registry_and_regions_command(detector: X152FpnDetector, tmp_path: Path,
     assert spec.hub_id == "capeval/vilbert-detector-x152-fpn" and spec.settings == VILBERT
     loaded = spec.load(model_dir)
     assert isinstance(loaded, X152FpnDetector) and loaded.fingerprint and loaded.revision is None  # a local folder
-    with pytest.raises(ValueError, match="not 'bottom-up'"):
+    with pytest.raises(WrongModelFolderError, match=r"holds a converted X152-FPN Faster R-CNN region detector "
+                                                    r"\(ViLBERTScore's\), where a converted bottom-up"):
         DETECTORS["bottom-up"].load(model_dir)
     out = tmp_path / "features.npz"
     assert main(["regions", "--detector", "x152-fpn", "--images", str(images), "--out", str(out), "--model",

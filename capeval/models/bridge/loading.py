@@ -10,6 +10,7 @@ from typing import Optional, Union
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
+from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (ModelRef, check_weights, folder_fingerprint, model_name, pinned_model_folder, pinned_revision,
                          save_weights)
 from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
@@ -54,6 +55,7 @@ def load_bridge(model: ModelRef, revision: Optional[str] = None, device: DeviceL
     name = model_name(model)
     revision = pinned_revision(name, revision)
     folder = model_folder(name, revision)
+    check_folder_kind(folder, "bridge")
     config = BridgeConfig.load(folder)
     target = resolve_device(device)
     clip_backbone = load_backbone(backbone if backbone is not None else config.backbone,

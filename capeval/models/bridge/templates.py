@@ -21,6 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 from PIL import Image
 
+from capeval.folder_kinds import check_folder_kind
 from capeval.hub import ModelNotAvailableError, check_weights, resolve_model_folder, without_loading_bars
 from capeval.models.bridge.configuration import DEFAULT_GRAMMAR, TemplateConfig
 from capeval.models.clip.preprocessing import TextTransform, clean_text
@@ -165,6 +166,7 @@ class BlipCaptioner:
         from transformers import BlipForConditionalGeneration, BlipProcessor
 
         folder = captioner_folder(config.captioner, config.captioner_revision)
+        check_folder_kind(folder, "blip")
         check_weights(folder)
         with without_loading_bars():
             model = BlipForConditionalGeneration.from_pretrained(folder, use_safetensors=True).to(device=device,

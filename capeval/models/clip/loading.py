@@ -16,8 +16,9 @@ from typing import Optional
 import torch
 from transformers import AutoTokenizer, CLIPModel
 
+from capeval.folder_kinds import check_folder_kind, load_transformers_model
 from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint,
-                         loaded_revision, model_name, pinned_model_folder, pinned_revision, without_loading_bars)
+                         loaded_revision, model_name, pinned_model_folder, pinned_revision)
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
@@ -102,9 +103,9 @@ def load_backbone(
 
     def build() -> Backbone:
         folder = model_folder(name, revision)
+        check_folder_kind(folder, "clip")
         check_weights(folder, [WEIGHTS_NAME])
-        with without_loading_bars():
-            clip = CLIPModel.from_pretrained(folder, use_safetensors=True).to(device=target, dtype=dtype).eval()
+        clip = load_transformers_model(CLIPModel, folder).to(device=target, dtype=dtype).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.model_max_length = sys.maxsize  # TextTransform truncates as the reference code does
         context_length = clip.config.text_config.max_position_embeddings

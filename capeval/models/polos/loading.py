@@ -25,8 +25,9 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from capeval.configuration import CONFIG_NAME
 from capeval.functional.polos import Layer
+from capeval.folder_kinds import check_folder_kind, load_transformers_model
 from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
-                         pinned_model_folder, pinned_revision, without_loading_bars)
+                         pinned_model_folder, pinned_revision)
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
 from capeval.models.polos.modeling import PolosSentenceEncoder
@@ -77,14 +78,11 @@ def regressor_layers(state: Dict[str, torch.Tensor]) -> List[Layer]:
 def load_polos_folder(folder: Path, device: torch.device, precision: str, name: Optional[str] = None,
                       revision: Optional[str] = None) -> LoadedPolos:
     """The model of a converted folder; every stored weight must be used and every weight present."""
-    missing = [part for part in (CONFIG_NAME, WEIGHTS_NAME, ENCODER_FOLDER, CLIP_FOLDER) if not (folder / part).exists()]
-    if missing:
-        raise FileNotFoundError(f"{folder} is not a converted Polos folder: missing {missing} (see {CONVERTER})")
+    check_folder_kind(folder, PolosConfig.model_type)
     config = PolosConfig.load(folder)
     check_weights(folder, [WEIGHTS_NAME])
     check_weights(folder / ENCODER_FOLDER, [WEIGHTS_NAME])
-    with without_loading_bars():
-        encoder = AutoModel.from_pretrained(folder / ENCODER_FOLDER, use_safetensors=True)
+    encoder = load_transformers_model(AutoModel, folder / ENCODER_FOLDER)
     tokenizer = AutoTokenizer.from_pretrained(folder / ENCODER_FOLDER)
     tokenizer.model_max_length = sys.maxsize  # the scorer cuts at the encoder's positions itself
     sentence_encoder = PolosSentenceEncoder(config, encoder)

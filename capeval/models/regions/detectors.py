@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple, Type, Union
 
 from capeval.configuration import CONFIG_NAME
+from capeval.folder_kinds import check_folder_kind
 from capeval.hub import check_weights, folder_fingerprint, loaded_revision, model_name, pinned_model_folder, \
     pinned_revision
 from capeval.models.regions.configuration import VILBERT, BottomUpConfig, ExtractionSettings, ResNetConfig, \
@@ -78,7 +79,7 @@ def family_detector(family: MetricFamily) -> DetectorSpec:
     return DETECTORS[family.detector]
 
 
-def spec_for_model_type(model_type: str) -> DetectorSpec:
+def spec_for_model_type(model_type: Optional[str]) -> DetectorSpec:
     """The detector whose ``config.json`` carries ``model_type``."""
     for spec in DETECTORS.values():
         if spec.config_class.model_type == model_type:
@@ -98,7 +99,7 @@ def build_detector(folder: Path) -> "Tuple[DetectorSpec, nn.Module]":
     """The detector a folder's ``config.json`` describes (its ``model_type`` says which), built with fresh weights on
     torch's current device (the meta device builds it without memory)."""
     values = json.loads((Path(folder) / CONFIG_NAME).read_text(encoding="utf-8"))
-    spec = spec_for_model_type(values.get("model_type", BottomUpConfig.model_type))
+    spec = spec_for_model_type(values.get("model_type"))
     return spec, spec.model_class()(spec.config_class.from_dict(values, complete=True))
 
 
@@ -113,9 +114,9 @@ def load_detector(model: Union[str, Path], revision: Optional[str] = None,
 
     revision = pinned_revision(str(model), revision)
     folder = detector_folder(model, revision, parameter)
+    check_folder_kind(folder, *(spec.config_class.model_type for spec in DETECTORS.values()
+                                if expected is None or spec is expected))
     spec, detector = build_detector(folder)
-    if expected is not None and spec.name != expected.name:
-        raise ValueError(f"{model} holds the {spec.name!r} detector, not {expected.name!r}")
     check_weights(folder, [WEIGHTS_NAME])
     detector.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     detector.name = model_name(model)

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
+from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (LoadedModels, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
 from capeval.models.scan.configuration import ScanConfig
@@ -82,6 +83,7 @@ def load_scan(model: ModelRef, revision: Optional[str] = None, device: DeviceLik
 
     def build() -> LoadedScan:
         folder = model_folder(name, revision)
+        check_folder_kind(folder, ScanConfig.model_type)
         tokenizer = ScanTokenizer.from_folder(folder, punkt)
         scan = load_scan_model(folder, target)
         if len(tokenizer) != scan.config.vocab_size:

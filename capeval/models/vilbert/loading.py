@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from capeval.configuration import CONFIG_NAME
+from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
 from capeval.models.vilbert.configuration import VilbertConfig
@@ -44,9 +45,7 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
                         name: Optional[str] = None, revision: Optional[str] = None) -> LoadedVilbert:
     """The model of a converted folder; every weight must be present and every stored weight used (strict)."""
     folder = Path(folder)
-    missing = [file for file in MODEL_FILES if not (folder / file).is_file()]
-    if missing:
-        raise FileNotFoundError(f"{folder} is not a converted ViLBERT folder: missing {missing} (see {CONVERTER})")
+    check_folder_kind(folder, "vilbert")
     model = VilbertModel(VilbertConfig.load(folder))
     check_weights(folder, [WEIGHTS_FILE])
     model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)), strict=True)
