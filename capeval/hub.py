@@ -226,10 +226,15 @@ def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.sa
 
 
 def _new_file_mode() -> int:
-    """The mode ``open()`` gives a new file under the process's umask: ``0o666`` less the umask (read by setting it
-    and putting it back)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
+    """The mode ``open()`` gives a new file under the process's umask: ``0o666`` less the umask. The umask is read
+    from ``/proc/self/status`` where Linux states it; elsewhere by setting it and putting it back (a file another
+    thread creates in between would get ``0o022``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0o022)
+        os.umask(umask)
     return 0o666 & ~umask
 
 

@@ -161,3 +161,18 @@ def test_converted_folders_and_their_records_follow_the_umask(umask: int, stand_
         f"{top}/{sub}{CHECKSUMS_NAME}" for top in ("polos", "copy") for sub in ("", "clip/", "encoder/")}
     assert {name: mode for name, mode in modes.items() if mode != (0o777 if (tmp_path / name).is_dir() else 0o666)
             & ~umask} == {}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o007])
+def test_new_file_mode_without_proc_status(umask: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where ``/proc/self/status`` cannot be read, the mode of a new file comes from the umask set and put back."""
+    def no_status(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("/proc/self/status")
+
+    previous = os.umask(umask)
+    try:
+        monkeypatch.setattr(hub, "open", no_status, raising=False)
+        assert hub._new_file_mode() == 0o666 & ~umask
+        assert os.umask(umask) == umask  # put back as it was
+    finally:
+        os.umask(previous)

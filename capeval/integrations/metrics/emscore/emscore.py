@@ -46,7 +46,8 @@ Args:
     idf_corpus (`list` of `str`, *optional*): sentences to compute the IDF table from (VATEX-EVAL uses VATEX's
         training captions); default: the references, else the candidates, as the reference.
     num_frames (`int`, *optional*): frames sampled uniformly from each video as VATEX-EVAL-demo.py samples them
-        (`np.linspace(0, T - 1, n)` cast to int); default every frame.
+        (`np.linspace(0, T - 1, n)` cast to int), at most 10,000 (each distinct frame decoded once); default every
+        frame.
 Returns:
     emscore_video_full_f (`float`): mean EMScore(X,V) full F, the main score (needs videos).
     emscore_<view>_<key> (`float`) and emscore_<view>_<key>s (`list` of `float`): the corpus mean and the
