@@ -1,7 +1,7 @@
 """BRIDGE's two image readers (its authors published no code; these are capeval's choices, stated in the card): the
 BLIP captioner gets ``Image.open(path).convert("RGB")``, as BLIP's own code opens images (alpha dropped, not
 composited: BLIP's processor then finds RGB and converts nothing), and the CLIP grid comes from CLIP-S and PAC-S's
-reading (``tests/clip/test_image_reading.py``)."""
+reading (``tests/clip/test_clip_image_reading.py``)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -36,7 +36,7 @@ def decode_rgb(item: ImageItem) -> np.ndarray:
     vilbert-multi-task's ``_image_transform`` reads ``np.array(Image.open(path))`` instead: the same pixels for RGB
     and grey images; it fails on images with alpha and on CMYK (four or two channels where it subtracts three
     means), and takes palette indices, 0/1 bilevel values and 16-bit samples for 8-bit intensities. capeval reads
-    those images as above for both detectors, as ``tests/regions/test_image_reading.py`` checks. The LXMERT port's
+    those images as above for both detectors, as ``tests/regions/test_region_image_reading.py`` checks. The LXMERT port's
     ``img_tensorize`` calls ``cv2.imread`` too, under an OpenCV (4.x) that turns JPEGs by their EXIF orientation; the
     ``"lxmert"`` preprocessing reads them unturned, as above."""
     image = item.open()
