@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--arch", choices=ARCHES, help="openai: QuickGELU; openclip: exact GELU")
     parser.add_argument("--model-name", choices=sorted(KNOWN_MODELS),
                         help="expected backbone; checked against the checkpoint's dimensions")
-    parser.add_argument("--bpe", type=Path, dest="bpe_path", help="bpe_simple_vocab_16e6.txt.gz (default: from open_clip / clip)")
+    parser.add_argument("--bpe", type=Path, dest="bpe_path",
+                        help="bpe_simple_vocab_16e6.txt.gz (default: from open_clip / clip)")
     parser.add_argument("--normalization", choices=sorted(NORMALIZATIONS),
                         help="image mean/std: openai constants or inception 0.5 (default: by arch)")
     parser.add_argument("--lora", choices=LORA_MODES, default="merge",

@@ -120,7 +120,8 @@ class VideoFrameRows(RowProducer[VideoItem]):
 
     def cache_key(self) -> str:
         frames = "all" if self.num_frames is None else str(self.num_frames)
-        return backbone_cache_key(self.backbone, f"{self.backbone.image_transform.cache_settings()}|frames={frames}|normalised|"
+        transform = self.backbone.image_transform.cache_settings()
+        return backbone_cache_key(self.backbone, f"{transform}|frames={frames}|normalised|"
                                                  f"{decoder_version()}")
 
     def plan(self, items: Mapping[str, VideoItem]) -> List[Batch]:

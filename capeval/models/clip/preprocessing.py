@@ -5,8 +5,8 @@ shortest side with the long side ``int(224 * long / short)``, ``CenterCrop(224)`
 offset rounding, ``convert("RGB")`` *after* the crop, ``ToTensor`` and ``Normalize``, on the image as
 ``Image.open`` gives it (``clipscore.py``, PAC-S's ``ImageDataset``). Polos's reference converts to RGB when it opens
 the image, before the same transform (:attr:`ImageTransform.rgb_at_load`). The order matters for images that are not
-RGB or grey: PIL resizes RGBA and LA with premultiplied alpha and palette and bilevel images with nearest-neighbour. The PIL steps run in loader
-processes and produce uint8 tensors, which travel to the model's device as they are. There
+RGB or grey: PIL resizes RGBA and LA with premultiplied alpha and palette and bilevel images with nearest-neighbour.
+The PIL steps run in loader processes and produce uint8 tensors, which travel to the model's device as they are. There
 :meth:`ImageTransform.normalize_by_table` looks each (channel, value) up in a table of the 768 possible results, made
 on the CPU by torchvision's own float32 operations and cast to the model's dtype, as the reference casts its host
 tensor. Computing the division on the device instead would not be the same: CUDA divides by a Python scalar as a
