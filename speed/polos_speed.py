@@ -174,12 +174,19 @@ def report(ours: Dict[str, Any], original: Optional[Dict[str, Any]]) -> List[str
     lines += ["", f"capeval {original['seconds'] / ours['seconds']:.2f}x the wheel by wall time, "
                   f"{wheel_cpu / (ours['cpu_seconds'] + ours['worker_cpu_seconds']):.2f}x per CPU second; peak "
                   f"memory {ours['peak_rss_mb']:,.0f} MB against {original['peak_rss_mb']:,.0f} MB"]
+    return lines + score_agreement(ours["scores"], original)
+
+
+def score_agreement(ours: Sequence[float], original: Dict[str, Any]) -> List[str]:
+    """How capeval's per-item scores agree with the wheel's: at batch size 1 where the runner ran it, and at its
+    default batch size (a line each)."""
+    lines = []
     if "scores_batch_1" in original:
         lines.append(f"Per-item scores against the wheel at batch size 1 ({original['seconds_batch_1']:.1f} s): "
-                     f"{agreement(ours['scores'], original['scores_batch_1'])}")
+                     f"{agreement(ours, original['scores_batch_1'])}")
     return lines + [f"Per-item scores against the wheel at batch size {original['batch_size']} (they differ by design: "
                     "its layer mix normalises over the batch and it keeps the batch's fewest references): "
-                    f"{agreement(ours['scores'], original['scores'])}"]
+                    f"{agreement(ours, original['scores'])}"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
