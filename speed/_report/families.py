@@ -317,7 +317,7 @@ def polos(settings: Settings) -> List[FamilyResult]:
         "Polos", capeval,
         _original_row(settings, "polos", lambda figure: figure["workload_id"] == run["workload_id"]),
         MemoryCheck(f"{smaller['items']:,} items", smaller["peak_rss_mb"], f"{run['items']:,} items",
-                    run["peak_rss_mb"]))
+                    run["peak_rss_mb"], smaller.get("memory_cache_mb"), run.get("memory_cache_mb")))
     if result.peers and result.peers[0].comparable:
         result.notes += [f"Polos: {line}." for line in score_agreement(run["scores"], _figure(settings, "polos"))]
     return [result]

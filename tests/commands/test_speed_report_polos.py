@@ -40,10 +40,12 @@ def wheel_figure(workload_id: str = WORKLOAD, **changes: Any) -> Dict[str, Any]:
 
 
 def run_report(speed: Tuple[ModuleType, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-               figure: Optional[Dict[str, Any]], quick: bool = True, sizes: Optional[Dict[str, int]] = None
+               figure: Optional[Dict[str, Any]], quick: bool = True, sizes: Optional[Dict[str, int]] = None,
+               peaks: Tuple[float, float] = (1950.0, 2000.0), cache_mb: Optional[Tuple[float, float]] = None
                ) -> Tuple[Any, List[List[str]]]:
     """The Polos family's result, with polos_speed.py's runs replaced by fixed JSON (10 s wall, 15 + 1 CPU s; peak
-    2,000 MB at the larger size, 1,950 MB at the smaller), and the arguments of each run."""
+    memory ``peaks`` and memory cache rows ``cache_mb`` at the smaller and the larger size), and the arguments of
+    each run."""
     _, families, originals, _ = speed
     calls: List[List[str]] = []
 
@@ -52,10 +54,11 @@ def run_report(speed: Tuple[ModuleType, ...], tmp_path: Path, monkeypatch: pytes
         calls.append(arguments)
         images = int(arguments[arguments.index("--images") + 1])
         larger = not calls[1:]
+        caches = {} if cache_mb is None else {"memory_cache_mb": cache_mb[larger]}
         return {"capeval": {"tool": "capeval", "images": images, "items": 3 * images, "seconds": 10.0,
-                            "cpu_seconds": 15.0, "worker_cpu_seconds": 1.0,
-                            "peak_rss_mb": 2000.0 if larger else 1950.0, "workload_id": WORKLOAD if larger else "x",
-                            "scores": SCORES if larger else SCORES[:3]}, "original": None}
+                            "cpu_seconds": 15.0, "worker_cpu_seconds": 1.0, "peak_rss_mb": peaks[larger],
+                            "workload_id": WORKLOAD if larger else "x", "scores": SCORES if larger else SCORES[:3],
+                            **caches}, "original": None}
 
     monkeypatch.setattr(families, "run_script", polos_speed)
     figures = None
@@ -128,6 +131,15 @@ def test_without_a_figure_the_ratio_is_skipped(speed: Tuple[ModuleType, ...], tm
     assert result.peers == [] and result.notes == []
     assert speed[3].speed_verdicts([result]) == [
         "SKIP  Polos >= 3x its original: no figure of the original given (--originals)"]
+
+
+def test_the_memory_check_is_net_of_the_engines_memory_caches(speed: Tuple[ModuleType, ...], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The larger run's peak grew by 11%, 200 of its 220 MB rows of the engine's bounded memory caches."""
+    result, _ = run_report(speed, tmp_path, monkeypatch, None, peaks=(2000.0, 2220.0), cache_mb=(50.0, 250.0))
+    assert speed[3].memory_verdicts([result]) == [
+        "PASS  Polos memory flat in items, net of the engine's memory caches (bounded per row kind): 1,950 -> 1,970 MB, "
+        "+1.0%; peaks 2,000 MB (15 items) -> 2,220 MB (30 items), of which cached rows 50 -> 250 MB (target <= 10%)"]
 
 
 @pytest.mark.parametrize(("changes", "message"), [
