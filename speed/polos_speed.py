@@ -20,7 +20,8 @@ Timed: ``Polos(model, device=--device, num_workers=--workers).score(paths, candi
 and strings to scores, after the model is loaded and a warm-up item (a seeded random image and captions outside the
 workload) is scored. Reported: items, wall and CPU seconds (the process's threads; its decoding workers' separately),
 items/s, peak memory (the process's ``VmHWM``; its decoding workers, forked from it, hold a few decoded images each,
-and sampling their memory during the call slowed it by about 20% here) and the load average at the start.
+and sampling their memory during the call slowed it by about 20% here), the MB of rows the engine's bounded memory
+caches hold at the end (``memory_cache_mb``, for ``report.py``'s memory check) and the load average at the start.
 ``--original-json`` adds the wheel's figures on the same workload, the ratios, and how many per-item scores agree
 with the wheel's at batch size 1 and at its default batch size.
 """
@@ -141,7 +142,8 @@ def run_capeval(arguments: argparse.Namespace, workload: Dict[str, Any]) -> Dict
     return {"tool": "capeval", "device": arguments.device, "threads": torch.get_num_threads(),
             "images": workload["images"], "items": len(items), "seconds": seconds, "cpu_seconds": cpu_seconds,
             "worker_cpu_seconds": workers,
-            "peak_rss_mb": peak_rss_mb(), "load_average_at_start": load,
+            "peak_rss_mb": peak_rss_mb(), "memory_cache_mb": round(scorer.engine.memory_cache_nbytes / 2**20, 1),
+            "load_average_at_start": load,
             "started": started, "workload_id": workload["workload_id"], "scores": result["polos_scores"]}
 
 
@@ -174,12 +176,19 @@ def report(ours: Dict[str, Any], original: Optional[Dict[str, Any]]) -> List[str
     lines += ["", f"capeval {original['seconds'] / ours['seconds']:.2f}x the wheel by wall time, "
                   f"{wheel_cpu / (ours['cpu_seconds'] + ours['worker_cpu_seconds']):.2f}x per CPU second; peak "
                   f"memory {ours['peak_rss_mb']:,.0f} MB against {original['peak_rss_mb']:,.0f} MB"]
+    return lines + score_agreement(ours["scores"], original)
+
+
+def score_agreement(ours: Sequence[float], original: Dict[str, Any]) -> List[str]:
+    """How capeval's per-item scores agree with the wheel's: at batch size 1 where the runner ran it, and at its
+    default batch size (a line each)."""
+    lines = []
     if "scores_batch_1" in original:
         lines.append(f"Per-item scores against the wheel at batch size 1 ({original['seconds_batch_1']:.1f} s): "
-                     f"{agreement(ours['scores'], original['scores_batch_1'])}")
+                     f"{agreement(ours, original['scores_batch_1'])}")
     return lines + [f"Per-item scores against the wheel at batch size {original['batch_size']} (they differ by design: "
                     "its layer mix normalises over the batch and it keeps the batch's fewest references): "
-                    f"{agreement(ours['scores'], original['scores'])}"]
+                    f"{agreement(ours, original['scores'])}"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

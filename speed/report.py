@@ -1,26 +1,27 @@
 """One performance report: every metric family on its benchmark shape against its strongest peer, with the machine's
 fp32 matmul peak measured in the same run.
 
-    python speed/report.py [--quick] [--families clip-s,tigerscore,vilbertscore,bridge,emscore] [--device cpu|cuda]
-                           [--images FAMILY=N ...] [--threads T] [--originals FILE] [--json-out FILE]
-                           [--markdown-out FILE]
+    python speed/report.py [--quick] [--families clip-s,tigerscore,vilbertscore,bridge,emscore,polos]
+                           [--device cpu|cuda] [--images FAMILY=N ...] [--threads T] [--originals FILE]
+                           [--json-out FILE] [--markdown-out FILE]
 
 Each family is measured by its own speed script, each run in fresh processes through its ``--json-out``
 (``_report/families.py``): ``throughput.py`` (CLIP-S, standing for PAC-S too, against torchmetrics and the
 ``clipscore.py`` loop), ``tiger_speed.py``, ``vilbertscore_speed.py`` and ``bridge_speed.py`` (the Flickr8k-Expert
-shape from precomputed regions, or image files for BRIDGE) and ``video_speed.py`` (EMScore on the VATEX-EVAL-shaped
-workload). Each is run at its benchmark size and at a smaller one, for the memory check. The original
-implementations' figures (TIGEr, ViLBERTScore, BRIDGE, the EMScorer) are measured outside the repository and read
-from ``--originals`` (schema in ``_report/originals.py``, commands in speed/README.md); the table marks every figure
-as measured in this run or read from that file, with the file's date and machine.
+shape from precomputed regions, or image files for BRIDGE), ``video_speed.py`` (EMScore on the VATEX-EVAL-shaped
+workload) and ``polos_speed.py`` (Polos from the Expert shape's image files). Each is run at its benchmark size and at
+a smaller one, for the memory check. The original implementations' figures (TIGEr, ViLBERTScore, BRIDGE, the
+EMScorer, the polos wheel's ``predict``) are measured outside the repository and read from ``--originals`` (schema
+in ``_report/originals.py``, commands in speed/README.md); the table marks every figure as measured in this run or
+read from that file, with the file's date and machine.
 
 Printed: the table (also written as Markdown by ``--markdown-out``), then one PASS, FAIL or SKIP line per target:
 every family >= 3x its original end to end, memory flat in items (the larger run's peak within 10% of the smaller
 run's; for EMScore, video length), the CLIP, ViLBERT and SCAN GRU forwards at >= 70% of the matmul peak. ``--quick``
-uses small sizes (a smoke run of a few minutes on two cores: 40 image files for CLIP-S, 100 / 4 / 2 Expert images
-for TIGEr / ViLBERTScore / BRIDGE, one video for EMScore). ``--images FAMILY=N`` (repeated) sets one family's size
-between those and the full one: N image files for CLIP-S, the first N Expert images for TIGEr, ViLBERTScore and
-BRIDGE, and N // 2 for the memory check.
+uses small sizes (a smoke run of a few minutes on two cores: 40 image files for CLIP-S, 100 / 4 / 2 / 10 Expert
+images for TIGEr / ViLBERTScore / BRIDGE / Polos, one video for EMScore). ``--images FAMILY=N`` (repeated) sets one
+family's size between those and the full one: N image files for CLIP-S, the first N Expert images for TIGEr,
+ViLBERTScore, BRIDGE and Polos, and N // 2 for the memory check.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from typing import Dict, Optional, Sequence
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR
 from _report.families import SIZED_FAMILIES
 
-FAMILY_NAMES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "emscore")
+FAMILY_NAMES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "emscore", "polos")
 
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

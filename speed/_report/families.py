@@ -116,7 +116,7 @@ def run_script(script: str, arguments: List[str], json_out: Path) -> Dict[str, A
     return json.loads(json_out.read_text(encoding="utf-8"))
 
 
-SIZED_FAMILIES = ("clip-s", "tigerscore", "vilbertscore", "bridge")
+SIZED_FAMILIES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "polos")
 """The families whose workload size ``--images FAMILY=N`` sets (EMScore's VATEX-EVAL workload has its own sizes)."""
 
 
@@ -131,6 +131,11 @@ def _sizes(settings: Settings, family: str, quick: Tuple[int, int], full: Tuple[
 
 def _common(settings: Settings) -> List[str]:
     return ["--device", settings.device, "--threads", str(settings.threads)]
+
+
+def _figure(settings: Settings, family: str) -> Optional[Dict[str, Any]]:
+    """The original's figure of ``family`` from ``--originals``, if given."""
+    return settings.originals.figure(family) if settings.originals is not None else None
 
 
 # ---------------------------------------------------------------------------------------------------------- CLIP-S
@@ -169,14 +174,14 @@ def clip_s(settings: Settings) -> List[FamilyResult]:
 
 
 # ----------------------------------------------------------------------------------------------- region families
-def _original_row(settings: Settings, family: str, images: int, items: int) -> List[Row]:
-    """The original's row from the figure file, if it has one (without ratio when its workload differs)."""
-    figure = settings.originals.figure(family) if settings.originals is not None else None
+def _original_row(settings: Settings, family: str, same_workload: Callable[[Dict[str, Any]], bool]) -> List[Row]:
+    """The original's row from the figure file, if it has one (without ratio unless ``same_workload(figure)``)."""
+    figure = _figure(settings, family)
     if figure is None:
         return []
     return [Row(f"original ({figure['tool']})", f"Expert, {figure['images']:,} images", figure["items"],
                 figure["seconds"], figure.get("peak_rss_mb"), settings.originals.provenance(family),
-                figure.get("cpu_seconds"), comparable=(figure["images"], figure["items"]) == (images, items))]
+                figure.get("cpu_seconds"), comparable=same_workload(figure))]
 
 
 def _expert_family(settings: Settings, family: str, label: str, script: str, sizes: Tuple[int, int],
@@ -190,7 +195,9 @@ def _expert_family(settings: Settings, family: str, label: str, script: str, siz
     smaller = run_script(script, [*common, "--images", str(small)], settings.out_dir / f"{family}-small.json")
     capeval = Row(f"capeval {label}", f"Expert, {run['images']:,} images", run["items"], run["seconds"],
                   run["peak_rss_mb"], cpu_seconds=run["cpu_seconds"])
-    return FamilyResult(label, capeval, _original_row(settings, family, run["images"], run["items"]),
+    same = (run["images"], run["items"])
+    return FamilyResult(label, capeval,
+                        _original_row(settings, family, lambda figure: (figure["images"], figure["items"]) == same),
                         MemoryCheck(f"{smaller['items']:,} items", smaller["peak_rss_mb"], f"{run['items']:,} items",
                                     run["peak_rss_mb"], smaller.get("memory_cache_mb"), run.get("memory_cache_mb")),
                         forwards(run["forward"]))
@@ -252,7 +259,7 @@ def emscore(settings: Settings) -> List[FamilyResult]:
                 if settings.quick else [])
     arguments = ["--threads", str(settings.threads), "--work-dir", str(settings.work_dir), "--clip",
                  str(settings.clip), "--captions", str(settings.data_dir / "Flickr8k.token.txt"), *workload]
-    figure = settings.originals.figure("emscore") if settings.originals is not None else None
+    figure = _figure(settings, "emscore")
     if figure is not None:
         original_json = settings.out_dir / "emscore-original.json"
         original_json.write_text(json.dumps(figure), encoding="utf-8")
@@ -292,6 +299,31 @@ def emscore(settings: Settings) -> List[FamilyResult]:
     return [result, features]
 
 
+# ----------------------------------------------------------------------------------------------------------- Polos
+def polos(settings: Settings) -> List[FamilyResult]:
+    """Polos from image files on the Expert shape (polos_speed.py) against the polos wheel's ``predict`` at its
+    default batch size (the runner's figure, compared only on the very workload of the run: its ``workload_id``),
+    with the per-item agreement of the scores; the memory check at half the images."""
+    from polos_speed import score_agreement
+
+    size, small = _sizes(settings, "polos", (10, 5), (1000, 500))
+    common = [*_common(settings), "--work-dir", str(settings.work_dir), "--data-dir", str(settings.data_dir)]
+    run = run_script("polos_speed.py", [*common, "--images", str(size)], settings.out_dir / "polos.json")["capeval"]
+    smaller = run_script("polos_speed.py", [*common, "--images", str(small)],
+                         settings.out_dir / "polos-small.json")["capeval"]
+    capeval = Row("capeval Polos", f"Expert, {run['images']:,} images", run["items"], run["seconds"],
+                  run["peak_rss_mb"], cpu_seconds=run["cpu_seconds"] + run["worker_cpu_seconds"])
+    result = FamilyResult(
+        "Polos", capeval,
+        _original_row(settings, "polos", lambda figure: figure["workload_id"] == run["workload_id"]),
+        MemoryCheck(f"{smaller['items']:,} items", smaller["peak_rss_mb"], f"{run['items']:,} items",
+                    run["peak_rss_mb"], smaller.get("memory_cache_mb"), run.get("memory_cache_mb")))
+    if result.peers and result.peers[0].comparable:
+        result.notes += [f"Polos: {line}." for line in score_agreement(run["scores"], _figure(settings, "polos"))]
+    return [result]
+
+
 FAMILIES: Dict[str, Callable[[Settings], List[FamilyResult]]] = {
-    "clip-s": clip_s, "tigerscore": tigerscore, "vilbertscore": vilbertscore, "bridge": bridge, "emscore": emscore}
+    "clip-s": clip_s, "tigerscore": tigerscore, "vilbertscore": vilbertscore, "bridge": bridge, "emscore": emscore,
+    "polos": polos}
 """Family name (``--families``) -> its measurement, in run order."""

@@ -7,7 +7,10 @@
       "bridge":       FIGURE,
       "emscore":      the EMScorer runner's JSON, as video_speed.py --original-json reads it:
                       {"tool", "commit", "date", "machine", "peers": {peer: {"items", "videos", "seconds",
-                       "cpu_seconds", "children_cpu_seconds", "peak_rss_mb", ...}}}
+                       "cpu_seconds", "children_cpu_seconds", "peak_rss_mb", ...}}},
+      "polos":        the polos wheel's runner's JSON, as polos_speed.py --original-json reads it: the FIGURE
+                      fields with "cpu_seconds" and "peak_rss_mb", and "workload_id", "batch_size", "scores"
+                      (the default batch's per-item scores; "seconds_batch_1" and "scores_batch_1" optional)
     }
 
     FIGURE = {"tool": str, "commit": str, "date": "YYYY-MM-DD", "machine": str, "command": str,
@@ -16,8 +19,8 @@
 
 Every family is optional. ``seconds`` is the original's wall time for scoring ``items`` items of the Flickr8k-Expert
 shape on the first ``images`` images (model loaded before the clock, as capeval's scripts time it). A figure is
-compared with capeval's only when its ``images`` and ``items`` equal the run's: a figure of another workload is shown
-but gets no ratio.
+compared with capeval's only when its ``images`` and ``items`` equal the run's (for Polos: its ``workload_id``, the
+hash of polos_speed.py's items): a figure of another workload is shown but gets no ratio.
 """
 from __future__ import annotations
 
@@ -26,8 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-FIGURE_FAMILIES = ("tigerscore", "vilbertscore", "bridge")
+FIGURE_FAMILIES = ("tigerscore", "vilbertscore", "bridge", "polos")
 REQUIRED = {"tool": str, "date": str, "machine": str, "images": int, "items": int, "seconds": (int, float)}
+REQUIRED_POLOS = {**REQUIRED, "cpu_seconds": (int, float), "peak_rss_mb": (int, float), "workload_id": str,
+                  "batch_size": int, "scores": list}
+"""The wheel's runner's JSON: a FIGURE with the fields polos_speed.py reads."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,13 @@ def load_originals(path: Optional[Path]) -> Optional[Originals]:
         figure = figures.get(family)
         if figure is None:
             continue
-        for field, kind in REQUIRED.items():
+        for field, kind in (REQUIRED_POLOS if family == "polos" else REQUIRED).items():
             if not isinstance(figure.get(field), kind):
                 raise SystemExit(f"--originals {path}: {family}.{field} is missing or not a {kind}")
+    polos = figures.get("polos")
+    if polos is not None and len(polos["scores"]) != polos["items"]:
+        raise SystemExit(f"--originals {path}: polos.scores holds {len(polos['scores'])} scores for "
+                         f"{polos['items']} items")
     emscore = figures.get("emscore")
     if emscore is not None and not isinstance(emscore.get("peers"), dict):
         raise SystemExit(f"--originals {path}: emscore must be the EMScorer runner's JSON, with 'peers'")

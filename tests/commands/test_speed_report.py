@@ -32,7 +32,7 @@ def test_images_sets_each_named_family(speed: Tuple[ModuleType, ModuleType]) -> 
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("emscore=3", "FAMILY=N with FAMILY one of clip-s, tigerscore, vilbertscore, bridge"),
+    ("emscore=3", "FAMILY=N with FAMILY one of clip-s, tigerscore, vilbertscore, bridge, polos"),
     ("tigerscore", "FAMILY=N with FAMILY one of"),
     ("bridge=4", "bridge is not in --families"),
     ("tigerscore=1", "N must be a whole number >= 2"),
