@@ -2,18 +2,19 @@
 fresh processes, with the ``import torch`` floor measured in the same run, and PASS/FAIL per target.
 
     python speed/startup.py [--families clipscore,tigerscore,...] [--repeats 5] [--full-size] [--work-dir DIR]
-                            [--nltk-data ROOT] [--original FAMILY=COMMAND ...] [--json-out FILE]
-                            [--markdown-out FILE]
+                            [--nltk-data ROOT] [--expert-images N] [--original WORKLOAD=COMMAND ...]
+                            [--json-out FILE] [--markdown-out FILE]
 
 Every family's import is measured. Construction, the weights read and the first score need a model folder: by
 default the cheap ones (the tests' tiny CLIP for CLIP-S and EMScore, the random full-size SCAN of ``_models.py`` for
 TIGEr, which is small); ``--full-size`` builds ``_models.py``'s full-size random folders (ViT-B/32, ViLBERT, Polos
 and BRIDGE too; minutes and gigabytes on first use). The whole process is ``python -m capeval score`` on the
-CLIP-S example images (for TIGEr, with seeded random regions of them; for EMScore, the example clip). TIGEr needs
-``--nltk-data`` (punkt_tab) for its first score and whole process. ``--original FAMILY=COMMAND`` (repeated) gives an
-original's whole process, a shell command run outside the repository's code (speed/README.md), timed in the same
-way; if its last line of output is a JSON object with ``first_score_seconds`` (from its first line to its first
-score), that is the original's first-score figure.
+CLIP-S example images (for TIGEr and ViLBERTScore, seeded random regions of them; for EMScore, the example clip)
+and, with ``--expert-images N``, TIGEr's ``tiger_speed.py`` on the Expert shape of the first N images. TIGEr needs
+``--nltk-data`` (punkt_tab). ``--original WORKLOAD=COMMAND`` (repeated; WORKLOAD a family, for its examples, or
+``tigerscore-expert``) gives an original's whole process, a shell command running a runner kept outside the
+repository (speed/README.md), timed in the same way; if its last line of output is a JSON object with
+``first_score_seconds`` (from its first line to its first score), that is the original's first-score figure.
 """
 from __future__ import annotations
 
@@ -24,12 +25,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from _paths import REPO_ROOT
 
 if TYPE_CHECKING:
-    from _report.startup import FamilyStartup
+    from _report.startup import FamilyStartup, WholeProcess
 
 EXAMPLES = REPO_ROOT.parent / "shared" / "data" / "examples"
 """The reference repositories' example inputs (``shared/data/examples`` beside the repository)."""
@@ -55,6 +56,8 @@ FAMILIES: Dict[str, StartupFamily] = {
     "bridge": StartupFamily("BRIDGEScore", "image", None, "bridge"),
 }
 """PAC-S runs CLIP-S's code path (its import is measured; the CLIP-S row stands for the rest)."""
+WORKLOADS = ("CLIP-S example images, `capeval score`", "Expert shape, {} images, `tiger_speed.py`")
+"""The whole processes' workloads: the examples, and (``--expert-images``) TIGEr's Expert shape."""
 
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -66,8 +69,11 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench",
                         help="where the model folders are built and kept")
     parser.add_argument("--nltk-data", type=Path, help="NLTK data root with tokenizers/punkt_tab (TIGEr)")
-    parser.add_argument("--original", action="append", default=[], metavar="FAMILY=COMMAND",
-                        help="an original's whole process as a shell command, repeated")
+    parser.add_argument("--expert-images", type=int, default=0, metavar="N",
+                        help="also TIGEr's whole process on the Expert shape of the first N images (tiger_speed.py)")
+    parser.add_argument("--original", action="append", default=[], metavar="WORKLOAD=COMMAND",
+                        help="an original's whole process as a shell command, repeated; WORKLOAD: a family (its "
+                             "examples) or tigerscore-expert")
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--markdown-out", type=Path, help="write the table and the target lines as Markdown")
     arguments = parser.parse_args(argv)
@@ -77,22 +83,25 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error(f"--families: choose from {', '.join(FAMILIES)} (got {unknown or 'none'})")
     if arguments.repeats < 1:
         parser.error(f"--repeats must be at least 1 (got {arguments.repeats})")
-    arguments.original = original_commands(parser, arguments.original, arguments.families)
+    workloads = [*arguments.families, *(["tigerscore-expert"] if "tigerscore" in arguments.families else [])]
+    arguments.original = original_commands(parser, arguments.original, workloads)
+    if arguments.expert_images and (arguments.nltk_data is None or "tigerscore" not in arguments.families):
+        parser.error("--expert-images: needs tigerscore in --families and --nltk-data")
     return arguments
 
 
-def original_commands(parser: argparse.ArgumentParser, given: Sequence[str], families: Sequence[str]
+def original_commands(parser: argparse.ArgumentParser, given: Sequence[str], workloads: Sequence[str]
                       ) -> Dict[str, str]:
-    """``--original`` values (``FAMILY=COMMAND``) as {family: command}; a parser error names a malformed value, a
-    family that is not run or one given twice."""
+    """``--original`` values (``WORKLOAD=COMMAND``) as {workload: command}; a parser error names a malformed value, a
+    workload that is not run or one given twice."""
     commands: Dict[str, str] = {}
     for text in given:
-        family, equals, command = text.partition("=")
-        if not equals or not command.strip() or family not in families:
-            parser.error(f"--original {text!r}: FAMILY=COMMAND with FAMILY one of {', '.join(families)}")
-        if family in commands:
-            parser.error(f"--original {text!r}: {family} is given twice")
-        commands[family] = command
+        workload, equals, command = text.partition("=")
+        if not equals or not command.strip() or workload not in workloads:
+            parser.error(f"--original {text!r}: WORKLOAD=COMMAND with WORKLOAD one of {', '.join(workloads)}")
+        if workload in commands:
+            parser.error(f"--original {text!r}: {workload} is given twice")
+        commands[workload] = command
     return commands
 
 
@@ -162,76 +171,93 @@ def write_inputs(inputs: Path) -> None:
         np.savez(inputs / f"regions-{family}.npz", **records)
 
 
+def measure_family(name: str, arguments: argparse.Namespace, folders: Mapping[str, Callable[[], Path]],
+                   example: Tuple[Path, str, Sequence[str]], inputs: Path
+                   ) -> Tuple["FamilyStartup", List["WholeProcess"]]:
+    """One family's probe, its whole process on the examples and, for TIGEr with ``--expert-images``, on the Expert
+    shape, each against the original's command where one is given."""
+    from _report.startup import FamilyStartup, WholeProcess, best_of, probe
+
+    family, row = FAMILIES[name], FamilyStartup(name)
+    kind = family.full if arguments.full_size else family.cheap
+    folder = None if kind is None else folders[kind]()
+    item = None
+    if family.item is None or folder is None:
+        row.notes.append(f"{name}: no model folder at {'full' if arguments.full_size else 'the cheap'} size"
+                         f"{'' if arguments.full_size or family.full is None else ' (--full-size)'}")
+    elif name == "tigerscore" and arguments.nltk_data is None:
+        row.notes.append(f"{name}: construction, first score and whole process not measured (--nltk-data)")
+        folder = None
+    else:
+        item = probe_item(family.item, *example)
+    measured = probe({"scorer": family.scorer, "model": None if folder is None else str(folder), "item": item,
+                      "nltk_data": None if arguments.nltk_data is None else str(arguments.nltk_data)},
+                     arguments.repeats)
+    if measured.error is not None:
+        row.notes.append(f"{name}: the probe failed: {measured.error}")
+    for figure in ("import", "construction", "weights", "first_score"):
+        setattr(row, f"{figure}_seconds", measured.figures.get(f"{figure}_seconds"))
+    commands = {} if item is None or folder is None else {name: score_command(name, folder, inputs)}
+    if name == "tigerscore" and folder is not None and arguments.expert_images:
+        commands["tigerscore-expert"] = [sys.executable, str(REPO_ROOT / "speed" / "tiger_speed.py"), "--images",
+                                         str(arguments.expert_images), "--work-dir", str(arguments.work_dir),
+                                         "--nltk-data", str(arguments.nltk_data)]
+    wholes = []
+    for workload, command in commands.items():
+        whole = best_of(command, arguments.repeats)
+        if whole.error is not None:
+            row.notes.append(f"{name}: the whole process ({workload}) failed: {whole.error}")
+        wholes.append(WholeProcess(name, WORKLOADS[workload.endswith("-expert")].format(arguments.expert_images),
+                                   whole.wall_seconds))
+        if workload in arguments.original:
+            original = best_of(["bash", "-c", arguments.original[workload]], arguments.repeats)
+            wholes[-1].original_seconds = original.wall_seconds
+            first = original.figures.get("first_score_seconds")
+            if first is not None:
+                row.original_first_score_seconds = min(first, row.original_first_score_seconds or first)
+            if original.error is not None:
+                row.notes.append(f"{name}: the original's command ({workload}) failed: {original.error}")
+    return row, wholes
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     arguments = parse_arguments(argv)
-    from _report.startup import FamilyStartup, best_of, probe
+    from _report.startup import probe
     from report import machine
 
     started, loads = time.strftime("%Y-%m-%d %H:%M"), [os.getloadavg()[0]]
+    if arguments.nltk_data is not None:
+        os.environ["NLTK_DATA"] = str(arguments.nltk_data)  # for capeval score's processes
     candidates = json.loads((EXAMPLES / "clipscore" / "good_captions.json").read_text(encoding="utf-8"))
     references = json.loads((EXAMPLES / "clipscore" / "refs.json").read_text(encoding="utf-8"))
     image_id = sorted(candidates)[0]
-    if arguments.nltk_data is not None:
-        os.environ["NLTK_DATA"] = str(arguments.nltk_data)  # for capeval score's processes
+    example = (EXAMPLES / "clipscore" / "images" / f"{image_id}.jpg", candidates[image_id], references[image_id])
     folders = model_folders(arguments.work_dir, [caption for refs in references.values() for caption in refs])
     floor = probe({"import": "torch"}, arguments.repeats)
     if floor.error is not None:
         raise SystemExit(f"import torch failed: {floor.error}")
     print(f"import torch floor: {floor.figures['import_seconds']:.2f} s", flush=True)
-    rows: List[FamilyStartup] = []
+    rows, wholes = [], []
     with tempfile.TemporaryDirectory(prefix="capeval-startup-") as work:
-        inputs = Path(work)
-        write_inputs(inputs)
+        write_inputs(Path(work))
         for name in arguments.families:
-            family = FAMILIES[name]
-            row = FamilyStartup(name)
-            kind = family.full if arguments.full_size else family.cheap
-            folder = None if kind is None else folders[kind]()
-            item = None
-            if family.item is not None and (not family.item.startswith("regions-36") or arguments.nltk_data):
-                item = probe_item(family.item, EXAMPLES / "clipscore" / "images" / f"{image_id}.jpg",
-                                  candidates[image_id], references[image_id])
-            elif family.item is not None:
-                row.notes.append(f"{name}: first score and whole process not measured (they need --nltk-data)")
-            spec = {"scorer": family.scorer, "model": None if folder is None else str(folder), "item": item,
-                    "nltk_data": None if arguments.nltk_data is None else str(arguments.nltk_data)}
-            measured = probe(spec, arguments.repeats)
-            if measured.error is not None:
-                row.notes.append(f"{name}: the probe failed: {measured.error}")
-            row.import_seconds = measured.figures.get("import_seconds")
-            row.construction_seconds = measured.figures.get("construction_seconds")
-            row.weights_seconds = measured.figures.get("weights_seconds")
-            row.first_score_seconds = measured.figures.get("first_score_seconds")
-            if folder is None:
-                row.notes.append(f"{name}: no model folder at {'full' if arguments.full_size else 'the cheap'} "
-                                 f"size{'' if arguments.full_size or family.full is None else ' (--full-size)'}")
-            elif item is not None:
-                whole = best_of(score_command(name, folder, inputs), arguments.repeats)
-                row.whole_seconds = whole.wall_seconds
-                if whole.error is not None:
-                    row.notes.append(f"{name}: capeval score failed: {whole.error}")
-            if name in arguments.original:
-                original = best_of(["bash", "-c", arguments.original[name]], arguments.repeats)
-                row.original_tool = "given command"
-                row.original_whole_seconds = original.wall_seconds
-                row.original_first_score_seconds = original.figures.get("first_score_seconds")
-                if original.error is not None:
-                    row.notes.append(f"{name}: the original's command failed: {original.error}")
+            row, family_wholes = measure_family(name, arguments, folders, example, Path(work))
             rows.append(row)
+            wholes += family_wholes
             loads.append(os.getloadavg()[0])
-            print(f"{name}: done", flush=True)
-    report(arguments, started, loads, machine(), floor.figures["import_seconds"], rows)
+            print(f"{name}: measured", flush=True)
+    report(arguments, started, loads, machine(), floor.figures["import_seconds"], rows, wholes)
 
 
 def report(arguments: argparse.Namespace, started: str, loads: Sequence[float], host: str, floor: float,
-           rows: Sequence["FamilyStartup"]) -> None:
+           rows: Sequence["FamilyStartup"], wholes: Sequence["WholeProcess"]) -> None:
     """Print the header, the table, the notes and the target lines; write the Markdown and JSON files asked for."""
     from _report.startup import startup_table, startup_verdicts
 
     header = [f"Date {started}; machine: {host}; one-minute load average {min(loads):.1f}-{max(loads):.1f} during "
               f"the run; best of {arguments.repeats} fresh processes per figure; "
               f"{'full-size' if arguments.full_size else 'cheap'} model folders.", ""]
-    lines, targets = startup_table(floor, rows), startup_verdicts(floor, rows)
+    lines, targets = startup_table(floor, rows, wholes), startup_verdicts(floor, rows, wholes)
     notes = [note for row in rows for note in row.notes]
     print("\n".join(["", *header, *lines, "", *notes, "", *targets]))
     if arguments.markdown_out is not None:
@@ -241,7 +267,8 @@ def report(arguments: argparse.Namespace, started: str, loads: Sequence[float], 
         arguments.json_out.write_text(json.dumps({
             "date": started, "machine": host, "load_averages": list(loads), "repeats": arguments.repeats,
             "full_size": arguments.full_size, "import_torch_seconds": floor, "originals": arguments.original,
-            "families": [vars(row) for row in rows], "targets": targets}, indent=1), encoding="utf-8")
+            "expert_images": arguments.expert_images, "families": [vars(row) for row in rows],
+            "whole_processes": [vars(whole) for whole in wholes], "targets": targets}, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
