@@ -180,16 +180,14 @@ def measure_family(name: str, arguments: argparse.Namespace, folders: Mapping[st
 
     family, row = FAMILIES[name], FamilyStartup(name)
     kind = family.full if arguments.full_size else family.cheap
-    folder = None if kind is None else folders[kind]()
-    item = None
-    if family.item is None or folder is None:
+    folder = item = None
+    if family.item is None or kind is None:
         row.notes.append(f"{name}: no model folder at {'full' if arguments.full_size else 'the cheap'} size"
                          f"{'' if arguments.full_size or family.full is None else ' (--full-size)'}")
     elif name == "tigerscore" and arguments.nltk_data is None:
         row.notes.append(f"{name}: construction, first score and whole process not measured (--nltk-data)")
-        folder = None
     else:
-        item = probe_item(family.item, *example)
+        folder, item = folders[kind](), probe_item(family.item, *example)
     measured = probe({"scorer": family.scorer, "model": None if folder is None else str(folder), "item": item,
                       "nltk_data": None if arguments.nltk_data is None else str(arguments.nltk_data)},
                      arguments.repeats)
