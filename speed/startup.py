@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from _paths import REPO_ROOT
+from _report import chosen_families, publish
 
 if TYPE_CHECKING:
     from _report.startup import FamilyStartup, WholeProcess
@@ -77,10 +78,7 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--markdown-out", type=Path, help="write the table and the target lines as Markdown")
     arguments = parser.parse_args(argv)
-    arguments.families = [name.strip() for name in arguments.families.split(",") if name.strip()]
-    unknown = [name for name in arguments.families if name not in FAMILIES]
-    if unknown or not arguments.families:
-        parser.error(f"--families: choose from {', '.join(FAMILIES)} (got {unknown or 'none'})")
+    arguments.families = chosen_families(parser, arguments.families, list(FAMILIES))
     if arguments.repeats < 1:
         parser.error(f"--repeats must be at least 1 (got {arguments.repeats})")
     workloads = [*arguments.families, *(["tigerscore-expert"] if "tigerscore" in arguments.families else [])]
@@ -249,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 def report(arguments: argparse.Namespace, started: str, loads: Sequence[float], host: str, floor: float,
            rows: Sequence["FamilyStartup"], wholes: Sequence["WholeProcess"]) -> None:
-    """Print the header, the table, the notes and the target lines; write the Markdown and JSON files asked for."""
+    """The header, the tables, the notes and the target lines, printed and written where asked."""
     from _report.startup import startup_table, startup_verdicts
 
     header = [f"Date {started}; machine: {host}; one-minute load average {min(loads):.1f}-{max(loads):.1f} during "
@@ -257,17 +255,11 @@ def report(arguments: argparse.Namespace, started: str, loads: Sequence[float], 
               f"{'full-size' if arguments.full_size else 'cheap'} model folders.", ""]
     lines, targets = startup_table(floor, rows, wholes), startup_verdicts(floor, rows, wholes)
     notes = [note for row in rows for note in row.notes]
-    print("\n".join(["", *header, *lines, "", *notes, "", *targets]))
-    if arguments.markdown_out is not None:
-        arguments.markdown_out.write_text("\n".join([*header, *lines, "", *(f"- {note}" for note in notes), "",
-                                                     "```", *targets, "```", ""]), encoding="utf-8")
-    if arguments.json_out is not None:
-        arguments.json_out.write_text(json.dumps({
-            "date": started, "machine": host, "load_averages": list(loads), "repeats": arguments.repeats,
-            "full_size": arguments.full_size, "import_torch_seconds": floor, "originals": arguments.original,
-            "expert_images": arguments.expert_images, "families": [vars(row) for row in rows],
-            "whole_processes": [vars(whole) for whole in wholes], "targets": targets}, indent=1), encoding="utf-8")
-
+    publish(header, lines, notes, targets, arguments.markdown_out, arguments.json_out, {
+        "date": started, "machine": host, "load_averages": list(loads), "repeats": arguments.repeats,
+        "full_size": arguments.full_size, "import_torch_seconds": floor, "originals": arguments.original,
+        "expert_images": arguments.expert_images, "families": [vars(row) for row in rows],
+        "whole_processes": [vars(whole) for whole in wholes]})
 
 if __name__ == "__main__":
     main()
