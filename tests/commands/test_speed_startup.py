@@ -168,10 +168,11 @@ def test_without_nltk_data_tiger_is_imported_only(speed: Tuple[ModuleType, Modul
     assert row.notes == ["tigerscore: construction, first score and whole process not measured (--nltk-data)"]
 
 
-def test_the_json_output(speed: Tuple[ModuleType, ModuleType], tmp_path: Path,
-                         capsys: pytest.CaptureFixture) -> None:
+def test_the_json_and_markdown_output(speed: Tuple[ModuleType, ModuleType], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture) -> None:
     script, startup = speed
-    arguments = script.parse_arguments(["--families", "clipscore", "--json-out", str(tmp_path / "out.json")])
+    arguments = script.parse_arguments(["--families", "clipscore", "--json-out", str(tmp_path / "out.json"),
+                                        "--markdown-out", str(tmp_path / "out.md")])
     rows = [startup.FamilyStartup("clipscore", 3.6, 0.5, 0.2, 5.0)]
     script.report(arguments, "2026-11-27 12:00", [1.0, 2.0], "a machine", 3.0, rows,
                   [startup.WholeProcess("clipscore", "examples", 5.5)])
@@ -182,3 +183,7 @@ def test_the_json_output(speed: Tuple[ModuleType, ModuleType], tmp_path: Path,
                                            "original_seconds": None}]
     assert "FAIL  clipscore import <= import torch + 0.5 s" in written["targets"][0]
     assert "| clipscore | 3.60 | 0.60 | 0.50 | 0.20 | 5.00 | not given |" in capsys.readouterr().out
+    markdown = (tmp_path / "out.md").read_text(encoding="utf-8").splitlines()
+    assert markdown[0].startswith("Date 2026-11-27 12:00; machine: a machine; one-minute load average 1.0-2.0")
+    assert "| clipscore | examples | 5.50 | not given |  |" in markdown
+    assert markdown[-2:] == [written["targets"][-1], "```"]
