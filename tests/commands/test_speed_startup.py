@@ -24,18 +24,18 @@ def speed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tuple[ModuleType, ModuleT
 
 def test_the_verdicts_on_given_figures(speed: Tuple[ModuleType, ModuleType]) -> None:
     _, startup = speed
-    rows = [startup.FamilyStartup("tigerscore", 3.4, 0.9, 0.5, 4.8, original_first_score_seconds=4.0),
-            startup.FamilyStartup("clipscore", 3.6, 0.5, 0.2, 5.0),
+    rows = [startup.FamilyStartup("tigerscore", 3.4, None, 0.9, 0.5, 4.8, original_first_score_seconds=4.0),
+            startup.FamilyStartup("clipscore", 3.6, 3.2, 0.5, 0.8, 5.0),  # its own floor, measured beside it
             startup.FamilyStartup("polos", None)]
     wholes = [startup.WholeProcess("tigerscore", "examples", 5.0, 45.0),
               startup.WholeProcess("tigerscore", "Expert shape", 46.0, 230.0),
               startup.WholeProcess("clipscore", "examples", 5.5)]
     assert startup.startup_verdicts(3.0, rows, wholes) == [
-        "PASS  tigerscore import <= import torch + 0.5 s: 3.40 s, floor 3.00 s (+0.40 s)",
-        "FAIL  clipscore import <= import torch + 0.5 s: 3.60 s, floor 3.00 s (+0.60 s)",
+        "PASS  tigerscore import <= import torch + 0.5 s: 3.40 s, import torch 3.00 s (+0.40 s)",
+        "PASS  clipscore import <= import torch + 0.5 s: 3.60 s, import torch 3.20 s (+0.40 s)",
         "SKIP  polos import <= import torch + 0.5 s: not measured",
         "PASS  tigerscore construction <= weights read + 0.5 s: 0.90 s, weights read 0.50 s (+0.40 s)",
-        "PASS  clipscore construction <= weights read + 0.5 s: 0.50 s, weights read 0.20 s (+0.30 s)",
+        "PASS  clipscore construction <= weights read + 0.5 s: 0.50 s, weights read 0.80 s (-0.30 s)",
         "SKIP  polos construction <= weights read + 0.5 s: not measured (no model folder)",
         "PASS  tigerscore whole process >= 8x faster than its original's (examples): 9.00x (5.00 s against 45.00 s)",
         "FAIL  tigerscore whole process >= 8x faster than its original's (Expert shape): 5.00x (46.00 s against "
@@ -58,13 +58,13 @@ def test_the_tiger_ratio_is_skipped_without_the_originals_figure(speed: Tuple[Mo
 
 def test_the_tables_show_what_is_missing(speed: Tuple[ModuleType, ModuleType]) -> None:
     _, startup = speed
-    rows = [startup.FamilyStartup("tigerscore", 3.4, 0.9, 0.5, 4.8, 4.0), startup.FamilyStartup("polos")]
+    rows = [startup.FamilyStartup("tigerscore", 3.4, 3.5, 0.9, 0.5, 4.8, 4.0), startup.FamilyStartup("polos")]
     wholes = [startup.WholeProcess("tigerscore", "examples", 5.0, 45.0), startup.WholeProcess("polos", "examples",
                                                                                              None)]
     table = startup.startup_table(3.0, rows, wholes)
-    assert table[0] == "`import torch` floor: 3.00 s."
-    assert "| tigerscore | 3.40 | 0.40 | 0.90 | 0.50 | 4.80 | 4.00 |" in table
-    assert "| polos | failed |  |  |  |  | not given |" in table
+    assert table[0].startswith("`import torch` floor: 3.00 s at best over the run;")
+    assert "| tigerscore | 3.50 | 3.40 | -0.10 | 0.90 | 0.50 | 4.80 | 4.00 |" in table
+    assert "| polos | 3.00 | failed |  |  |  |  | not given |" in table
     assert "| tigerscore | examples | 5.00 | 45.00 | 9.00x |" in table
     assert "| polos | examples | failed | not given |  |" in table
 
@@ -127,6 +127,8 @@ def test_a_family_is_measured_against_its_originals_commands(speed: Tuple[Module
 
     def probe(spec: Dict[str, object], repeats: int) -> object:
         probed.append(spec)
+        if spec == {"import": "torch"}:
+            return startup.Best(None, {"import_seconds": 2.5})
         return startup.Best(None, {"import_seconds": 3.0, "construction_seconds": 1.0, "weights_seconds": 0.5,
                                    "first_score_seconds": 4.5})
 
@@ -145,10 +147,10 @@ def test_a_family_is_measured_against_its_originals_commands(speed: Tuple[Module
     example = (tmp_path / "image1.jpg", "a cat", ["two cats"])
     row, wholes = script.measure_family("tigerscore", arguments, {"scan": lambda: tmp_path / "scan"}, example,
                                         tmp_path / "inputs")
-    assert probed == [{"scorer": "TIGErScore", "model": str(tmp_path / "scan"), "nltk_data": str(tmp_path),
+    assert probed == [{"import": "torch"}, {"scorer": "TIGErScore", "model": str(tmp_path / "scan"), "nltk_data": str(tmp_path),
                        "item": {"regions": [36, 2048], "candidate": "a cat", "references": ["two cats"]}}]
-    assert (row.import_seconds, row.construction_seconds, row.weights_seconds, row.first_score_seconds,
-            row.original_first_score_seconds) == (3.0, 1.0, 0.5, 4.5, 5.0)
+    assert (row.floor_seconds, row.import_seconds, row.construction_seconds, row.weights_seconds,
+            row.first_score_seconds, row.original_first_score_seconds) == (2.5, 3.0, 1.0, 0.5, 4.5, 5.0)
     assert [(whole.workload, whole.seconds, whole.original_seconds) for whole in wholes] == [
         ("CLIP-S example images, `capeval score`", 5.0, 40.0), ("Expert shape, 200 images, `tiger_speed.py`", 46.0,
                                                                 230.0)]
@@ -164,7 +166,7 @@ def test_without_nltk_data_tiger_is_imported_only(speed: Tuple[ModuleType, Modul
     monkeypatch.setattr(startup, "probe", lambda spec, repeats: startup.Best(None, {"import_seconds": 3.0}))
     arguments = script.parse_arguments(["--families", "tigerscore", "--work-dir", str(tmp_path)])
     row, wholes = script.measure_family("tigerscore", arguments, {}, (tmp_path, "a", ["b"]), tmp_path)
-    assert (row.import_seconds, row.construction_seconds, wholes) == (3.0, None, [])
+    assert (row.floor_seconds, row.import_seconds, row.construction_seconds, wholes) == (3.0, 3.0, None, [])
     assert row.notes == ["tigerscore: construction, first score and whole process not measured (--nltk-data)"]
 
 
@@ -173,7 +175,7 @@ def test_the_json_and_markdown_output(speed: Tuple[ModuleType, ModuleType], tmp_
     script, startup = speed
     arguments = script.parse_arguments(["--families", "clipscore", "--json-out", str(tmp_path / "out.json"),
                                         "--markdown-out", str(tmp_path / "out.md")])
-    rows = [startup.FamilyStartup("clipscore", 3.6, 0.5, 0.2, 5.0)]
+    rows = [startup.FamilyStartup("clipscore", 3.6, 3.0, 0.5, 0.2, 5.0)]
     script.report(arguments, "2026-11-27 12:00", [1.0, 2.0], "a machine", 3.0, rows,
                   [startup.WholeProcess("clipscore", "examples", 5.5)])
     written = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
@@ -182,7 +184,7 @@ def test_the_json_and_markdown_output(speed: Tuple[ModuleType, ModuleType], tmp_
     assert written["whole_processes"] == [{"family": "clipscore", "workload": "examples", "seconds": 5.5,
                                            "original_seconds": None}]
     assert "FAIL  clipscore import <= import torch + 0.5 s" in written["targets"][0]
-    assert "| clipscore | 3.60 | 0.60 | 0.50 | 0.20 | 5.00 | not given |" in capsys.readouterr().out
+    assert "| clipscore | 3.00 | 3.60 | +0.60 | 0.50 | 0.20 | 5.00 | not given |" in capsys.readouterr().out
     markdown = (tmp_path / "out.md").read_text(encoding="utf-8").splitlines()
     assert markdown[0].startswith("Date 2026-11-27 12:00; machine: a machine; one-minute load average 1.0-2.0")
     assert "| clipscore | examples | 5.50 | not given |  |" in markdown
