@@ -57,8 +57,16 @@ FAMILIES: Dict[str, StartupFamily] = {
     "bridge": StartupFamily("BRIDGEScore", "image", None, "bridge"),
 }
 """PAC-S runs CLIP-S's code path (its import is measured; the CLIP-S row stands for the rest)."""
-WORKLOADS = ("CLIP-S example images, `capeval score`", "Expert shape, {} images, `tiger_speed.py`")
-"""The whole processes' workloads: the examples, and (``--expert-images``) TIGEr's Expert shape."""
+
+
+def workload_label(workload: str, expert_images: int) -> str:
+    """The whole process's workload as the table names it: a family's examples, or TIGEr's Expert shape."""
+    if workload == "tigerscore-expert":
+        return f"Expert shape, {expert_images} images, `tiger_speed.py`"
+    if workload == "emscore":
+        return "the EMScore example clip, `capeval score --jsonl`"
+    regions = " (seeded regions)" if workload in ("tigerscore", "vilbertscore") else ""
+    return f"CLIP-S example images{regions}, `capeval score`"
 
 
 def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -204,7 +212,7 @@ def measure_family(name: str, arguments: argparse.Namespace, folders: Mapping[st
         whole = best_of(command, arguments.repeats)
         if whole.error is not None:
             row.notes.append(f"{name}: the whole process ({workload}) failed: {whole.error}")
-        wholes.append(WholeProcess(name, WORKLOADS[workload.endswith("-expert")].format(arguments.expert_images),
+        wholes.append(WholeProcess(name, workload_label(workload, arguments.expert_images),
                                    whole.wall_seconds))
         if workload in arguments.original:
             original = best_of(["bash", "-c", arguments.original[workload]], arguments.repeats)

@@ -147,13 +147,14 @@ def test_a_family_is_measured_against_its_originals_commands(speed: Tuple[Module
     example = (tmp_path / "image1.jpg", "a cat", ["two cats"])
     row, wholes = script.measure_family("tigerscore", arguments, {"scan": lambda: tmp_path / "scan"}, example,
                                         tmp_path / "inputs")
-    assert probed == [{"import": "torch"}, {"scorer": "TIGErScore", "model": str(tmp_path / "scan"), "nltk_data": str(tmp_path),
+    assert probed == [{"import": "torch"},
+                      {"scorer": "TIGErScore", "model": str(tmp_path / "scan"), "nltk_data": str(tmp_path),
                        "item": {"regions": [36, 2048], "candidate": "a cat", "references": ["two cats"]}}]
     assert (row.floor_seconds, row.import_seconds, row.construction_seconds, row.weights_seconds,
             row.first_score_seconds, row.original_first_score_seconds) == (2.5, 3.0, 1.0, 0.5, 4.5, 5.0)
     assert [(whole.workload, whole.seconds, whole.original_seconds) for whole in wholes] == [
-        ("CLIP-S example images, `capeval score`", 5.0, 40.0), ("Expert shape, 200 images, `tiger_speed.py`", 46.0,
-                                                                230.0)]
+        ("CLIP-S example images (seeded regions), `capeval score`", 5.0, 40.0),
+        ("Expert shape, 200 images, `tiger_speed.py`", 46.0, 230.0)]
     assert ran[0][2:6] == ["capeval", "score", "--metric", "tigerscore"]
     assert "--regions" in ran[0] and ran[1] == ["bash", "-c", "run examples"]
     assert ran[2][1].endswith("tiger_speed.py") and ran[2][2:4] == ["--images", "200"]
