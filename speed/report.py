@@ -26,7 +26,6 @@ ViLBERTScore, BRIDGE and Polos, and N // 2 for the memory check.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import tempfile
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 from _paths import EMSCORE_CLIP, FLICKR8K_DIR
+from _report import chosen_families, publish
 from _report.families import SIZED_FAMILIES
 
 FAMILY_NAMES = ("clip-s", "tigerscore", "vilbertscore", "bridge", "emscore", "polos")
@@ -60,10 +60,7 @@ def parse_arguments(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--json-out", type=Path)
     parser.add_argument("--markdown-out", type=Path, help="write the table and the target lines as Markdown")
     arguments = parser.parse_args(argv)
-    arguments.families = [name.strip() for name in arguments.families.split(",") if name.strip()]
-    unknown = [name for name in arguments.families if name not in FAMILY_NAMES]
-    if unknown or not arguments.families:
-        parser.error(f"--families: choose from {', '.join(FAMILY_NAMES)} (got {unknown or 'none'})")
+    arguments.families = chosen_families(parser, arguments.families, list(FAMILY_NAMES))
     arguments.images = family_sizes(parser, arguments.images, arguments.families)
     return arguments
 
@@ -123,17 +120,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     table = markdown_table(results, peak)
     notes = [note for family in results for note in family.notes]
     lines = verdicts(results, peak)
-    print("\n".join(["", *header, *table, "", *notes, "", *lines]))
-    if arguments.markdown_out is not None:
-        arguments.markdown_out.write_text("\n".join([*header, *table, "", *(f"- {note}" for note in notes), "",
-                                                     "```", *lines, "```", ""]), encoding="utf-8")
-    if arguments.json_out is not None:
-        arguments.json_out.write_text(json.dumps({
-            "date": started, "machine": machine(), "threads": arguments.threads, "device": arguments.device,
-            "load_averages": loads, "matmul_flops_per_second": peak, "quick": arguments.quick,
-            "sizes": arguments.images,
-            "originals": None if originals is None else str(originals.path), "families": as_json(results, peak),
-            "targets": lines}, indent=1), encoding="utf-8")
+    publish(header, table, notes, lines, arguments.markdown_out, arguments.json_out, {
+        "date": started, "machine": machine(), "threads": arguments.threads, "device": arguments.device,
+        "load_averages": loads, "matmul_flops_per_second": peak, "quick": arguments.quick, "sizes": arguments.images,
+        "originals": None if originals is None else str(originals.path), "families": as_json(results, peak)})
 
 
 if __name__ == "__main__":

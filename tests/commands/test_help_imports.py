@@ -51,8 +51,8 @@ def test_every_script_and_subcommand_is_covered() -> None:
     assert conversion_scripts() == ["conversion.convert_clip", "conversion.convert_polos", "conversion.convert_regions",
                                     "conversion.convert_scan", "conversion.convert_vilbert", "conversion.publish"]
     assert capeval_subcommands() == ["benchmark", "download", "regions", "score", "train"]
-    assert speed_scripts() == ["bridge_speed.py", "polos_speed.py", "report.py", "throughput.py", "tiger_speed.py",
-                               "time_baselines.py", "video_speed.py", "vilbertscore_speed.py"]
+    assert speed_scripts() == ["bridge_speed.py", "polos_speed.py", "report.py", "startup.py", "throughput.py",
+                               "tiger_speed.py", "time_baselines.py", "video_speed.py", "vilbertscore_speed.py"]
 
 
 @pytest.mark.parametrize("script", conversion_scripts())
