@@ -19,7 +19,6 @@ from capeval.engine import EmbeddingEngine
 from capeval.functional import tigerscore as functional
 from capeval.inputs import ImageItem, InputError, ScoringItems, iter_scoring_items, validate_image
 from capeval.models.regions.configuration import ExtractionSettings
-from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.scan.encoders import GroundingPair, GroundingVectors, RegionEmbeddings, WordEmbeddings
@@ -157,6 +156,8 @@ class TIGErScore(Scorer):
         source = self._region_source
         if callable(source):
             return source
+        from capeval.models.regions.detectors import family_detector  # the detector table only where one loads
+
         detector = family_detector(self.family)
         return RegionExtractor(detector.load(source, device=self.device, parameter="regions"), detector.settings,
                                cache_dir=self.cache_dir)

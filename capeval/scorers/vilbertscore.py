@@ -23,7 +23,6 @@ from capeval.engine import EmbeddingEngine
 from capeval.functional import vilbertscore as functional
 from capeval.inputs import (ImageItem, InputError, ScoringItems, TextPosition, TruncationWarning,
                             iter_scoring_items, validate_image)
-from capeval.models.regions.detectors import family_detector
 from capeval.models.regions.extraction import RegionExtractor
 from capeval.models.regions.features import KeyedRegions, KeyedRegionsMemo, RegionFeatures
 from capeval.models.vilbert.encoders import TextOnRegions, TextStates
@@ -155,6 +154,8 @@ class ViLBERTScore(Scorer):
         detected: Dict[int, KeyedRegions] = {}
         if images:
             if not isinstance(self.regions, RegionExtractor):  # None or the hub id / folder of the detector
+                from capeval.models.regions.detectors import family_detector  # the table only where one loads
+
                 detector = family_detector(self.family)
                 self.regions = RegionExtractor(detector.load(self.regions, device=self.device, parameter="regions"),
                                                detector.settings, cache_dir=self.cache_dir)

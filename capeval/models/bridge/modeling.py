@@ -15,16 +15,18 @@ projection give its embedding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import TYPE_CHECKING, List, Sequence
 
 import torch
 from torch import nn
-from transformers import CLIPModel
 
 from capeval.configuration import ConfigError
 from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.bridge.templates import MaskedTemplate
 from capeval.models.clip.modeling import image_grid_states, pooled_text_states_from_embeddings
+
+if TYPE_CHECKING:  # transformers is imported by the CLIP backbone's loading, not by this module
+    from transformers import CLIPModel
 
 
 @dataclass

@@ -11,10 +11,9 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
-from transformers import AutoTokenizer, CLIPModel
 
 from capeval.folder_kinds import check_folder_kind, load_transformers_model
 from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint,
@@ -22,6 +21,9 @@ from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_w
 from capeval.models.clip.modeling import pooled_image_states, pooled_text_states, project, text_token_states
 from capeval.models.clip.preprocessing import ImageTransform, TextTransform
 from capeval.runtime import DeviceLike, precision_dtype, resolve_device
+
+if TYPE_CHECKING:  # transformers is imported by the loading, not by this module
+    from transformers import CLIPModel
 
 WEIGHTS_NAME = "model.safetensors"
 _HUB_FILES = ["config.json", "preprocessor_config.json", WEIGHTS_NAME, "tokenizer_config.json",
@@ -102,6 +104,8 @@ def load_backbone(
     target = resolve_device(device)
 
     def build() -> Backbone:
+        from transformers import AutoTokenizer, CLIPModel
+
         folder = model_folder(name, revision)
         check_folder_kind(folder, "clip")
         check_weights(folder, [WEIGHTS_NAME])

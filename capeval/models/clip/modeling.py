@@ -26,12 +26,13 @@ the projections as products with the contiguous ``(width, dim)`` matrix (OpenAI'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
-from transformers.activations import QuickGELUActivation
-from transformers.models.clip.modeling_clip import CLIPEncoderLayer
+
+if TYPE_CHECKING:  # transformers is imported by the model's loading, not by this module
+    from transformers.models.clip.modeling_clip import CLIPEncoderLayer
 
 FORWARD_VERSION = "1"
 """Changes whenever these forwards could return different floats in float32; on-disk feature caches are keyed by it
@@ -89,7 +90,7 @@ def _mlp_(hidden: torch.Tensor, layer: CLIPEncoderLayer, workspace: _Workspace) 
     rows = hidden.shape[0]
     fc1 = _linear(hidden, layer.mlp.fc1, workspace.hidden[:rows])
     activation = layer.mlp.activation_fn
-    if isinstance(activation, QuickGELUActivation):  # x * sigmoid(1.702 * x), as OpenAI CLIP
+    if _is_quick_gelu(activation):  # x * sigmoid(1.702 * x), as OpenAI CLIP
         gate = torch.mul(fc1, 1.702, out=workspace.scratch[:rows]).sigmoid_()
         fc1.mul_(gate)
     else:
@@ -135,9 +136,17 @@ def _run_layers(states: torch.Tensor, layers: torch.nn.ModuleList, causal: bool)
     return workspace
 
 
+def _is_quick_gelu(activation: torch.nn.Module) -> bool:
+    """Whether ``activation`` is transformers' ``QuickGELUActivation`` (transformers is already imported by then:
+    it built the model)."""
+    from transformers.activations import QuickGELUActivation
+
+    return isinstance(activation, QuickGELUActivation)
+
+
 def _activation(layer: CLIPEncoderLayer, hidden: torch.Tensor) -> torch.Tensor:
     """``layer.mlp``'s activation; QuickGELU written as OpenAI CLIP's ``x * torch.sigmoid(1.702 * x)``."""
-    if isinstance(layer.mlp.activation_fn, QuickGELUActivation):
+    if _is_quick_gelu(layer.mlp.activation_fn):
         return hidden * torch.sigmoid(1.702 * hidden)
     return layer.mlp.activation_fn(hidden)
 

@@ -17,11 +17,10 @@ import hashlib
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 
 from capeval.configuration import CONFIG_NAME
 from capeval.functional.polos import Layer
@@ -32,6 +31,9 @@ from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
 from capeval.models.polos.modeling import PolosSentenceEncoder
 from capeval.runtime import precision_dtype
+
+if TYPE_CHECKING:  # transformers is imported by the loading, not by this module
+    from transformers import PreTrainedTokenizerBase
 
 CONVERTER = "conversion/convert_polos.py"
 HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, f"{ENCODER_FOLDER}/*", f"{CLIP_FOLDER}/*")
@@ -78,6 +80,8 @@ def regressor_layers(state: Dict[str, torch.Tensor]) -> List[Layer]:
 def load_polos_folder(folder: Path, device: torch.device, precision: str, name: Optional[str] = None,
                       revision: Optional[str] = None) -> LoadedPolos:
     """The model of a converted folder; every stored weight must be used and every weight present."""
+    from transformers import AutoModel, AutoTokenizer
+
     check_folder_kind(folder, PolosConfig.model_type)
     config = PolosConfig.load(folder)
     check_weights(folder, [WEIGHTS_NAME])

@@ -10,13 +10,15 @@ depend on which items share a batch; capeval takes them per sentence, which is t
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import TYPE_CHECKING, List, Sequence
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 from capeval.models.polos.configuration import PolosConfig
+
+if TYPE_CHECKING:  # transformers is imported by the encoder's loading, not by this module
+    from transformers import PreTrainedModel
 
 LAYER_NORM_EPSILON = 1e-12
 """The wheel's ``_do_layer_norm``: ``(x - mean) / sqrt(variance + 1e-12)``."""

@@ -8,7 +8,6 @@ from typing import Optional, Union
 
 import numpy as np
 import torch
-from torchvision.ops import nms
 
 from capeval.models.regions.configuration import BottomUpConfig, ExtractionSettings, X152FpnConfig
 from capeval.models.regions.proposals import ImageRegions, clip_boxes, decode_boxes, nms_with_offset
@@ -83,7 +82,7 @@ def select_regions(regions: ImageRegions, image: ResizedImage, config: Union[Bot
         decoded = clip_boxes(decoded, regions.image_height, regions.image_width).view(count, -1, 4)
         best_scores, best_classes = class_scores.max(dim=1)
         best_boxes = decoded[torch.arange(count, device=decoded.device), best_classes]
-        keep = nms(best_boxes, best_scores, config.detection_nms_threshold)[:settings.max_boxes]
+        keep = nms_with_offset(best_boxes, best_scores, config.detection_nms_threshold)[:settings.max_boxes]
         kept_boxes, scores = image.restore_boxes(best_boxes[keep]), best_scores[keep]
     object_scores, object_ids = class_scores[keep].max(dim=1)
     if regions.attr_logits is None:

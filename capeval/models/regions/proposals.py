@@ -14,7 +14,6 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torchvision.ops import nms
 
 BOX_SCALE_CLAMP = math.log(1000.0 / 16)
 """Largest log-scale applied by box deltas (detectron2's and maskrcnn-benchmark's ``bbox_xform_clip``)."""
@@ -85,7 +84,10 @@ def shifted_anchors(cell: torch.Tensor, stride: int, height: int, width: int, of
 def nms_with_offset(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
                     pixel_offset: float = 0.0) -> torch.Tensor:
     """``torchvision.ops.nms``; ``pixel_offset`` 1 gives the Caffe / Detectron / maskrcnn-benchmark IoU, whose
-    areas and overlaps count ``x2 - x1 + 1`` pixels (obtained exactly by shifting x2 and y2 by one)."""
+    areas and overlaps count ``x2 - x1 + 1`` pixels (obtained exactly by shifting x2 and y2 by one). torchvision is
+    imported by the first call: scoring precomputed regions never imports it."""
+    from torchvision.ops import nms
+
     if pixel_offset:
         boxes = boxes.clone()
         boxes[:, 2:] += pixel_offset
