@@ -34,7 +34,8 @@ from capeval.options import check_scorer_options
 from capeval.registry import EMSCORE_VIEWS, FAMILIES
 from capeval.runtime import DeviceLike, default_batch_size
 from capeval.scorers.base import Scorer, model_revision
-from capeval.video import VideoInput, VideoItem, check_num_frames, decoder_version, validate_video
+from capeval.frame_sampling import check_num_frames
+from capeval.video import VideoInput, VideoItem, decoder_version, validate_video
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -98,7 +99,7 @@ class EMScore(Scorer):
             the call's references, else its candidates, as the reference does.
         num_frames: frames sampled from each video as VATEX-EVAL-demo.py samples them (``np.linspace(0, T - 1, n)``
             cast to int), also from precomputed features; ``None``: every frame (the reference's default). At most
-            :data:`~capeval.video.MAX_NUM_FRAMES` (10,000); a frame sampled several times is decoded and encoded once.
+            :data:`~capeval.frame_sampling.MAX_NUM_FRAMES` (10,000); a frame sampled several times is decoded and encoded once.
         text_batch_size: captions per forward pass (64 on the CPU, 256 on an accelerator when ``None``).
         num_workers: video decoding processes; ``None``: the CPUs of this process shared among the processes of
             the machine; 0: decode in this process.

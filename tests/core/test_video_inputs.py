@@ -23,9 +23,9 @@ from PIL import Image
 
 from capeval.inputs import InputError
 from capeval.models.clip.preprocessing import ImageTransform
-from capeval.video import (MAX_NUM_FRAMES, VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames,
-                           decoder_version, frame_runs, iter_distinct_video_frames, iter_video_frames,
-                           load_video_features, sample_indices, validate_video)
+from capeval.frame_sampling import MAX_NUM_FRAMES, frame_runs, sample_indices
+from capeval.video import (VideoDecodeWarning, VideoFeatures, VideoItem, count_video_frames, decoder_version,
+                           iter_distinct_video_frames, iter_video_frames, load_video_features, validate_video)
 from fixtures.awkward_images import AWKWARD_IMAGES
 from fixtures.paths import REPO_ROOT
 from fixtures.videos import EXAMPLE_CLIP, H264, Clip, write_clip

@@ -14,7 +14,8 @@ import pytest
 from capeval import EMScore, InputError, PACScore, VideoFeatures
 from capeval.models.clip import frames as frame_rows
 from capeval.models.clip.preprocessing import ImageTransform
-from capeval.video import MAX_NUM_FRAMES, sample_indices, validate_video
+from capeval.frame_sampling import MAX_NUM_FRAMES, sample_indices
+from capeval.video import validate_video
 from fixtures.clip_checkpoints import TinyClip
 from fixtures.videos import Clip, write_clip
 

@@ -7,7 +7,7 @@ worker processes (each video by one worker, its frames streamed in groups of ``b
 held at once are a few groups per worker whatever the length of the videos; the model runs here on each group as it
 arrives, and a video's row is complete when its last group is encoded. A frame that ``num_frames`` samples several
 times is decoded, transformed and encoded once, and its features repeated in the row; so the work is bounded by the
-distinct frames (the row's length by :data:`~capeval.video.MAX_NUM_FRAMES`). Rows are given in planned order,
+distinct frames (the row's length by :data:`~capeval.frame_sampling.MAX_NUM_FRAMES`). Rows are given in planned order,
 although the workers finish their videos in any order. With ``progress``, a bar counts the frames encoded (as
 sampled, repeats included) beside the engine's bar of videos.
 
@@ -32,7 +32,8 @@ from capeval.models.clip.loading import Backbone
 from capeval.models.clip.preprocessing import ImageTransform
 from capeval.processes import worker_context
 from capeval.runtime import process_state
-from capeval.video import VideoItem, check_num_frames, decoder_version
+from capeval.frame_sampling import check_num_frames
+from capeval.video import VideoItem, decoder_version
 
 PREFETCH_GROUPS = 2
 """Frame groups each worker decodes ahead of the model."""
@@ -96,7 +97,7 @@ class DecodedFrames(torch.utils.data.IterableDataset):
 
 class VideoFrameRows(RowProducer[VideoItem]):
     """Normalised frame features of validated video entries that hold frames (files or frames in memory), keyed by
-    the video's content; ``num_frames`` frames sampled as :func:`capeval.video.sample_indices` samples them (all when
+    the video's content; ``num_frames`` frames sampled as :func:`capeval.frame_sampling.sample_indices` samples them (all when
     ``None``). ``num_workers`` decoding processes (:func:`~capeval.models.clip.encoders.default_num_workers` when
     ``None``; 0 decodes in this process, with FFmpeg's threads); they live for one request. ``progress`` shows a bar
     of the frames encoded."""
