@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Dict, Mapping, Optional, Type, TypeVar, Union
 
 CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+"""The weights file of every model folder capeval writes or loads."""
 
 _Config = TypeVar("_Config", bound="JsonConfig")
 

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.hub import ModelNotAvailableError, without_loading_bars
 from capeval.options import CHECKPOINT_SUFFIXES
 from capeval.originals import SOURCES
 
-WEIGHTS_NAME = "model.safetensors"
 ORIGINAL_SUFFIXES = (CHECKPOINT_SUFFIXES - {".safetensors"}) | {".zip", ".pkl", ".caffemodel"}
 """File name endings of the checkpoints that authors publish (a converted folder holds ``.safetensors``)."""
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Generic, Hashable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
+from capeval.configuration import WEIGHTS_NAME
 from capeval.options import local_model_problem
 from capeval.originals import SOURCES
 from capeval.registry import MODELS
@@ -205,7 +206,7 @@ def without_loading_bars() -> Iterator[None]:
             transformers_logging.enable_progress_bar()
 
 
-def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = "model.safetensors",
+def save_weights(tensors: Mapping[str, Any], folder: Path, name: str = WEIGHTS_NAME,
                  metadata: Optional[Dict[str, str]] = None) -> Path:
     """Write ``tensors`` to the safetensors file ``folder/name`` and record its size and sha256 in the folder's
     :data:`CHECKSUMS_NAME` (every converter and ``capeval train bridge`` write weights through this, so that a

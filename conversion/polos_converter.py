@@ -37,11 +37,10 @@ from typing import Any, Dict, Mapping, Tuple
 import torch
 import yaml
 
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.fetch import reading
 from capeval.hub import save_weights
-from capeval.configuration import CONFIG_NAME
-from capeval.models.polos.configuration import (CLIP_FOLDER, ENCODER_FOLDER, POOLINGS, WEIGHTS_NAME,
-                                                PolosConfig)
+from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, POOLINGS, PolosConfig
 from conversion.clip_converter import convert_original_state_dict
 
 ENCODER_PREFIX, CLIP_PREFIX = "encoder.model.", "clip."

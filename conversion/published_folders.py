@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Mapping, Optional, Tuple
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.originals import CLIP_FOLDER, SOURCES
 
 if TYPE_CHECKING:
     from torch import nn
 
-WEIGHTS_NAME = "model.safetensors"
 Shapes = Dict[str, Tuple[int, ...]]
 """Tensor name -> shape."""
 

@@ -28,10 +28,10 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 
+from capeval.configuration import WEIGHTS_NAME
 from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.models.scan.configuration import SUPPORTED_OPTIONS, ScanConfig
-from capeval.models.scan.loading import WEIGHTS_NAME
 from capeval.models.scan.modeling import ScanModel
 from capeval.models.scan.tokenization import END, START, UNKNOWN, write_vocab
 

@@ -22,10 +22,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from capeval.configuration import WEIGHTS_NAME
 from capeval.fetch import reading
 from capeval.hub import save_weights
 from capeval.models.vilbert.configuration import VilbertConfig
-from capeval.models.vilbert.loading import VOCAB_FILE, WEIGHTS_FILE
+from capeval.models.vilbert.loading import VOCAB_FILE
 from capeval.models.vilbert.modeling import VilbertModel
 
 TASK_EMBEDDINGS_KEY = "bert.embeddings.task_embeddings.weight"
@@ -148,7 +149,7 @@ def convert(checkpoint: Path, original_config: Path, vocab: Path, out: Path) -> 
         raise CheckpointError("shapes differ from the config: " + ", ".join(
             f"bert.{key} {tuple(kept[key].shape)} vs {tuple(expected[key].shape)}" for key in wrong))
     out.mkdir(parents=True, exist_ok=True)
-    save_weights(kept, out, WEIGHTS_FILE, metadata={"format": "pt", "source": checkpoint.name})
+    save_weights(kept, out, WEIGHTS_NAME, metadata={"format": "pt", "source": checkpoint.name})
     config.save(out)
     shutil.copyfile(vocab, out / VOCAB_FILE)
     for reason in sorted(set(dropped.values())):

@@ -34,7 +34,7 @@ from conversion.clip_converter import (clip_config_from_state_dict, default_bpe_
 from conversion.convert_clip import DEFAULT_NORMALIZATION
 from conversion.polos_converter import SENTENCE_ENCODER_ARCHITECTURE, write_tokenizer_config
 from conversion.publish import metadata_differences
-from conversion.published_folders import WEIGHTS_NAME
+from capeval.configuration import WEIGHTS_NAME
 
 HUB_MODELS_DIR = Path(__file__).resolve().parent
 # What ``CLIPModel.save_pretrained`` adds to the config of the fp32 model that convert_clip.py saves.

@@ -88,7 +88,7 @@ def random_scan_folder(work_dir: Path) -> Path:
     import torch
 
     from capeval.models.scan.configuration import ScanConfig
-    from capeval.models.scan.loading import WEIGHTS_NAME
+    from capeval.configuration import WEIGHTS_NAME
     from capeval.models.scan.modeling import ScanModel
     from capeval.models.scan.tokenization import VOCAB_NAME, read_vocab, write_vocab
 

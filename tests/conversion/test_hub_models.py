@@ -17,7 +17,7 @@ from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor
 
 from conversion.clip_converter import clip_config_from_state_dict, load_original_state_dict
 from conversion.publish import ORIGINAL_SHA256_PATTERN, read_front_matter
-from conversion.published_folders import WEIGHTS_NAME
+from capeval.configuration import WEIGHTS_NAME
 from capeval.hub import CHECKSUMS_NAME
 from capeval.originals import SOURCES
 from hub_models.generate_configs import HUB_MODELS, card_models, card_with_originals, check, write_metadata

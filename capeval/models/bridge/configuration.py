@@ -10,7 +10,6 @@ from capeval.configuration import JsonConfig
 DEFAULT_GRAMMAR = "NP: {<DT>?<JJ.*>*<NN.*>+}"
 """Noun chunk grammar (NLTK ``RegexpParser``): optional determiner, adjectives, one or more nouns."""
 
-WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass(frozen=True)

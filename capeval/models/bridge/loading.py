@@ -9,11 +9,11 @@ from typing import Optional, Union
 
 from safetensors.torch import load_file
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (ModelRef, check_weights, folder_fingerprint, model_name, pinned_model_folder, pinned_revision,
                          save_weights)
-from capeval.models.bridge.configuration import WEIGHTS_NAME, BridgeConfig
+from capeval.models.bridge.configuration import BridgeConfig
 from capeval.models.bridge.modeling import BridgeModel
 from capeval.models.clip.loading import Backbone, load_backbone
 from capeval.runtime import DeviceLike, resolve_device

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from capeval.configuration import WEIGHTS_NAME
 from capeval.folder_kinds import check_folder_kind, load_transformers_model
 from capeval.hub import (LoadedModels, ModelNotAvailableError, ModelRef, check_weights, folder_fingerprint,
                          loaded_revision, model_name, pinned_model_folder, pinned_revision)
@@ -25,7 +26,6 @@ from capeval.runtime import DeviceLike, precision_dtype, resolve_device
 if TYPE_CHECKING:  # transformers is imported by the loading, not by this module
     from transformers import CLIPModel
 
-WEIGHTS_NAME = "model.safetensors"
 _HUB_FILES = ["config.json", "preprocessor_config.json", WEIGHTS_NAME, "tokenizer_config.json",
               "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.json"]
 

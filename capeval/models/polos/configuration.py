@@ -7,8 +7,8 @@ from typing import ClassVar, Optional, Tuple, Union
 
 from capeval.configuration import JsonConfig
 
-WEIGHTS_NAME = "model.safetensors"
-"""The head: ``scalar_mix.*`` and ``ff.0.ff.linear_<n>.*``, named as in the original checkpoint."""
+# The folder's own weights file (capeval.configuration.WEIGHTS_NAME) holds the head: ``scalar_mix.*`` and
+# ``ff.0.ff.linear_<n>.*``, named as in the original checkpoint.
 ENCODER_FOLDER = "encoder"
 """The sentence encoder: a transformers folder (``config.json``, ``model.safetensors`` named as the checkpoint's
 ``encoder.model.*`` without that prefix, tokenizer files)."""

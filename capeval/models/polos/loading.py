@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 import torch
 from safetensors.torch import load_file
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.functional.polos import Layer
 from capeval.folder_kinds import check_folder_kind, load_transformers_model
 from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
 from capeval.models.clip.loading import Backbone, load_backbone
-from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, WEIGHTS_NAME, PolosConfig
+from capeval.models.polos.configuration import CLIP_FOLDER, ENCODER_FOLDER, PolosConfig
 from capeval.models.polos.modeling import PolosSentenceEncoder
 from capeval.runtime import precision_dtype
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple, Type, Union
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.folder_kinds import check_folder_kind
 from capeval.hub import check_weights, folder_fingerprint, loaded_revision, model_name, pinned_model_folder, \
     pinned_revision
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass(frozen=True)

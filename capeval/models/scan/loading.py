@@ -11,7 +11,7 @@ from typing import Optional, Union
 import torch
 from safetensors.torch import load_file
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (LoadedModels, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
@@ -21,7 +21,6 @@ from capeval.models.scan.tokenization import VOCAB_NAME, ScanTokenizer
 from capeval.runtime import DeviceLike, resolve_device
 
 ModelRef = Union[str, "os.PathLike[str]"]
-WEIGHTS_NAME = "model.safetensors"
 HUB_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_NAME)
 
 

@@ -11,7 +11,7 @@ from typing import Optional, Union
 import torch
 from safetensors.torch import load_file
 
-from capeval.configuration import CONFIG_NAME
+from capeval.configuration import CONFIG_NAME, WEIGHTS_NAME
 from capeval.folder_kinds import check_folder_kind
 from capeval.hub import (LoadedModels, ModelRef, check_weights, folder_fingerprint, loaded_revision, model_name,
                          pinned_model_folder, pinned_revision)
@@ -20,8 +20,8 @@ from capeval.models.vilbert.modeling import VilbertModel
 from capeval.models.vilbert.tokenization import VilbertTokenizer
 from capeval.runtime import precision_dtype
 
-WEIGHTS_FILE, VOCAB_FILE = "model.safetensors", "vocab.txt"
-MODEL_FILES = (CONFIG_NAME, WEIGHTS_FILE, VOCAB_FILE)
+VOCAB_FILE = "vocab.txt"
+MODEL_FILES = (CONFIG_NAME, WEIGHTS_NAME, VOCAB_FILE)
 CONVERTER = "conversion/convert_vilbert.py"
 
 
@@ -47,8 +47,8 @@ def load_vilbert_folder(folder: Union[str, Path], device: torch.device, dtype: t
     folder = Path(folder)
     check_folder_kind(folder, "vilbert")
     model = VilbertModel(VilbertConfig.load(folder))
-    check_weights(folder, [WEIGHTS_FILE])
-    model.load_state_dict(load_file(str(folder / WEIGHTS_FILE)), strict=True)
+    check_weights(folder, [WEIGHTS_NAME])
+    model.load_state_dict(load_file(str(folder / WEIGHTS_NAME)), strict=True)
     return LoadedVilbert(model.to(device=device, dtype=dtype).eval(), VilbertTokenizer(folder / VOCAB_FILE),
                          name if name is not None else str(folder), revision, folder)
 
